@@ -1,0 +1,286 @@
+"""`hlo_opt.jit` and `hlo_opt.optimize`: the public entry points.
+
+An `Optimized` function is one `jax.jit` over a body that, when jax traces it for a new
+input signature, captures the user's function, optimises its graph and evaluates the
+result on the tracers.  jax therefore does the dispatch, the signature cache (shapes,
+dtypes, pytree structure, static values, weak types), donation, `.lower()` and every
+transformation (grad, vmap, an outer jit) exactly as for `jax.jit(fun)`; hlo_opt keeps
+one `Report` per signature.
+
+Errors in the user's function are the user's and propagate unchanged.  Any failure of
+ours logs a warning naming the function and runs the original program instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.extend import core as jcore
+from jax.tree_util import tree_unflatten
+
+from hlo_opt import capture, emit
+from hlo_opt.ir import Graph
+from hlo_opt.report import Report
+
+logger = logging.getLogger("hlo_opt")
+
+SEARCHES = ("auto", "backtracking", "sampling", "greedy")
+COSTS = ("measured", "analytic")
+
+
+def disabled() -> bool:
+    """True when `HLO_OPT_DISABLE` is set (to anything but "" or "0")."""
+    return os.environ.get("HLO_OPT_DISABLE", "") not in ("", "0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Optimisation options; the same names are accepted by `jit` and `optimize`."""
+
+    alpha: float = 1.05
+    budget: int | None = None
+    time_limit: float | None = None
+    search: str = "auto"
+    cost: str = "measured"
+    rules: Any = None
+    verify: bool = True
+    measure_final: bool = True
+    split_threshold: int = 30
+    cache_dir: str | None = None
+
+    def validate(self, name: str) -> "Options":
+        problems = []
+        if not self.alpha >= 1.0:
+            problems.append(f"alpha must be >= 1.0, got {self.alpha!r}")
+        if self.search not in SEARCHES:
+            problems.append(f"search must be one of {SEARCHES}, got {self.search!r}")
+        if self.cost not in COSTS:
+            problems.append(f"cost must be one of {COSTS}, got {self.cost!r}")
+        if self.budget is not None and self.budget < 0:
+            problems.append(f"budget must be >= 0, got {self.budget!r}")
+        if self.time_limit is not None and self.time_limit < 0:
+            problems.append(f"time_limit must be >= 0, got {self.time_limit!r}")
+        if self.split_threshold < 2:
+            problems.append(f"split_threshold must be >= 2, got {self.split_threshold!r}")
+        if problems:
+            raise ValueError(f"hlo_opt.jit({name}): " + "; ".join(problems))
+        return self
+
+
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options))
+
+
+def _as_tuple(value, kind) -> tuple:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, kind) else tuple(value)
+
+
+def resolve_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Static positions and names, each completed from the other through `fun`'s
+    signature the way `jax.jit` does."""
+    nums, names = _as_tuple(argnums, int), _as_tuple(argnames, str)
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return nums, names
+    by_pos = [p.name for p in params
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    named = {p.name: i for i, p in enumerate(params) if p.kind == p.POSITIONAL_OR_KEYWORD}
+    if argnums is None:
+        nums = tuple(named[n] for n in names if n in named)
+    if argnames is None:
+        names = tuple(by_pos[i] for i in nums
+                      if -len(by_pos) <= i < len(by_pos) and by_pos[i] in named)
+    return nums, names
+
+
+@dataclasses.dataclass
+class _Entry:
+    """What one input signature runs: the optimised graph, or the original jaxpr."""
+
+    report: Report
+    out_tree: Any
+    graph: Graph | None = None
+    original: jcore.ClosedJaxpr | None = None
+
+    def run(self, leaves: Sequence[Any]) -> list[Any]:
+        if self.graph is not None:
+            return emit.run(self.graph, leaves)
+        return jcore.jaxpr_as_fun(self.original)(*leaves)
+
+
+def _fallback_report(reason: str, original: Graph | None = None) -> Report:
+    return Report(original=original, optimized=original, applied={}, cost_before=None,
+                  cost_after=None, measured_before=None, measured_after=None,
+                  search_seconds=0.0, stop_reason=None, fell_back=True, reason=reason,
+                  source=None)
+
+
+class Optimized:
+    """A function optimised by hlo_opt; call it like the `jax.jit` of the original."""
+
+    def __init__(self, fun: Callable, options: Options, *, static_argnums=None,
+                 static_argnames=None, donate_argnums=None, frozen_argnums=None,
+                 jit_kwargs: dict[str, Any] | None = None):
+        if not callable(fun):
+            raise TypeError(f"hlo_opt.jit: expected a function, got {fun!r}")
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._name = getattr(fun, "__qualname__", None) or repr(fun)
+        self.options = options.validate(self._name)
+        self._static_nums, self._static_names = resolve_static(
+            fun, static_argnums, static_argnames)
+        self.frozen_argnums = _as_tuple(frozen_argnums, int)
+        both = set(self.frozen_argnums) & set(self._static_nums)
+        if both:
+            raise ValueError(f"hlo_opt.jit({self._name}): argument(s) {sorted(both)} cannot be "
+                             "both static and frozen; frozen arguments are arrays")
+        jit_args = dict(jit_kwargs or {}, static_argnums=static_argnums,
+                        static_argnames=static_argnames, donate_argnums=donate_argnums)
+        self._plain = jax.jit(fun, **jit_args)
+        @functools.wraps(fun)   # jax reads the user's signature for static/donated names
+        def body(*args, **kwargs):
+            return self._body(*args, **kwargs)
+        self._outer = jax.jit(body, **jit_args)
+        self._entries: dict[Any, _Entry] = {}
+
+    # -- calling -----------------------------------------------------------------
+    def _jitted(self):
+        return self._plain if disabled() else self._outer
+
+    def __call__(self, *args, **kwargs):
+        return self._jitted()(*args, **kwargs)
+
+    def lower(self, *args, **kwargs) -> jax.stages.Lowered:
+        """`jax.stages.Lowered` of the optimised program."""
+        return self._jitted().lower(*args, **kwargs)
+
+    def trace(self, *args, **kwargs):
+        return self._jitted().trace(*args, **kwargs)
+
+    def eval_shape(self, *args, **kwargs):
+        return self._jitted().eval_shape(*args, **kwargs)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def clear_cache(self) -> None:
+        self._entries.clear()
+        self._plain.clear_cache()
+        self._outer.clear_cache()
+
+    def explain(self, *args, **kwargs) -> Report:
+        """The `Report` for this input signature (optimising it if not done yet)."""
+        if disabled():
+            return _fallback_report("HLO_OPT_DISABLE is set: plain jax.jit")
+        leaves, _, key = self._signature(args, kwargs)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = self._optimize(args, kwargs)
+        return entry.report
+
+    # -- optimising ----------------------------------------------------------------
+    def _signature(self, args, kwargs):
+        leaves, in_tree, _ = capture.split_static(args, kwargs, self._static_nums,
+                                                  self._static_names)
+        nargs = len(args)
+        statics = tuple((i % nargs, args[i]) for i in self._static_nums if -nargs <= i < nargs)
+        statics += tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_names))
+        avals = tuple((a.shape, a.dtype, a.weak_type) for a in map(jax.typeof, leaves))
+        return leaves, in_tree, (in_tree, avals, statics)
+
+    def _body(self, *args, **kwargs):
+        """Traced by jax once per signature: run the optimised graph on the tracers."""
+        try:
+            leaves, _, key = self._signature(args, kwargs)
+            entry = self._entries.get(key)
+        except Exception as err:  # noqa: BLE001 - ours, not the user's: fall back
+            self._warn(err)
+            return self._fun(*args, **kwargs)
+        if entry is None:
+            entry = self._entries[key] = self._optimize(args, kwargs)
+        try:
+            outs = entry.run(leaves)
+        except Exception as err:  # noqa: BLE001
+            self._warn(err)
+            self._entries[key] = _Entry(_fallback_report(f"{type(err).__name__}: {err}"),
+                                        entry.out_tree, original=entry.original)
+            outs = self._entries[key].run(leaves)
+        return tree_unflatten(entry.out_tree, outs)
+
+    def _optimize(self, args, kwargs) -> _Entry:
+        # The user's function runs here; its errors are the user's and propagate.
+        closed, _, out_tree = capture.trace(self._fun, args, kwargs,
+                                            static_argnums=self._static_nums,
+                                            static_argnames=self._static_names)
+        start = time.perf_counter()
+        original = None
+        try:
+            original = capture.from_jaxpr(closed).check()
+            optimized = original   # no rewrite rules yet: the faithful round trip
+            _check_emission(optimized, closed)
+            report = Report(original=original, optimized=optimized, applied={},
+                            cost_before=None, cost_after=None, measured_before=None,
+                            measured_after=None, search_seconds=time.perf_counter() - start,
+                            stop_reason="saturated", fell_back=False, reason=None,
+                            source=emit.to_source(optimized, _identifier(self._name)))
+            return _Entry(report, out_tree, graph=optimized, original=closed)
+        except Exception as err:  # noqa: BLE001 - ours, not the user's: fall back
+            self._warn(err)
+            return _Entry(_fallback_report(f"{type(err).__name__}: {err}", original),
+                          out_tree, original=closed)
+
+    def _warn(self, err: Exception) -> None:
+        logger.warning("hlo_opt: could not optimise %s (%s: %s); running the original "
+                       "under jax.jit", self._name, type(err).__name__, err)
+
+    def __repr__(self) -> str:
+        return f"<hlo_opt.Optimized {self._name}>"
+
+
+def _check_emission(graph: Graph, closed: jcore.ClosedJaxpr) -> None:
+    """Trace the emitted program once and require the original's output types."""
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+             for a in closed.in_avals]
+    emitted = jax.make_jaxpr(lambda *xs: emit.run(graph, xs))(*specs)
+    got = [(a.shape, a.dtype, a.weak_type) for a in emitted.out_avals]
+    want = [(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
+    if got != want:
+        raise RuntimeError(f"emitted program returns {got}, the original {want}")
+
+
+def _identifier(name: str) -> str:
+    ident = "".join(c if c.isalnum() else "_" for c in name.split(".")[-1])
+    return ident if ident and not ident[0].isdigit() else f"fn_{ident}"
+
+
+def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Sequence[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        frozen_argnums: int | Sequence[int] | None = None, **kwargs: Any):
+    """Drop-in for `jax.jit` that optimises the function's graph.
+
+    Accepts jax.jit's keywords (unknown ones are passed to jax.jit), `frozen_argnums`
+    (arguments that do not change between calls, such as weights at inference) and the
+    options of `Options`.  Without `fun`, returns a decorator.
+    """
+    options = Options(**{k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES})
+
+    def wrap(f: Callable) -> Optimized:
+        return Optimized(f, options, static_argnums=static_argnums,
+                         static_argnames=static_argnames, donate_argnums=donate_argnums,
+                         frozen_argnums=frozen_argnums, jit_kwargs=kwargs)
+    return wrap if fun is None else wrap(fun)
+
+
+def optimize(fun: Callable | None = None, **kwargs: Any):
+    """Decorator form: `@hlo_opt.optimize` or `@hlo_opt.optimize(alpha=1.05, ...)`."""
+    return jit(fun, **kwargs)

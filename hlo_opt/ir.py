@@ -1,0 +1,212 @@
+"""The graph IR: `TensorType`, `Node`, `Value` and the immutable `Graph`.
+
+A node is an op name (a lax primitive's name, or one of ours: input, const, relu,
+opaque), its input values, canonical params, and its output types.  Nodes are never
+mutated; a rewrite builds new nodes and a new Graph.  Effectful nodes (debug prints,
+callbacks) carry `deps`, an ordering edge to the previous effect, so every valid
+topological order keeps their program order.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from jax._src import core as jax_core
+
+from hlo_opt.params import Params
+
+
+class GraphError(ValueError):
+    """A graph that violates the IR's invariants (wrong types, dangling values)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: Any
+    weak_type: bool = False
+
+    @classmethod
+    def from_aval(cls, aval) -> "TensorType":
+        if not isinstance(aval, jax_core.ShapedArray):
+            raise GraphError(f"unsupported abstract value {aval!r} (not a shaped array)")
+        return cls(tuple(int(d) for d in aval.shape), aval.dtype, bool(aval.weak_type))
+
+    @property
+    def aval(self) -> jax_core.ShapedArray:
+        return jax_core.ShapedArray(self.shape, self.dtype, weak_type=self.weak_type)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        weak = "~" if self.weak_type else ""
+        return f"{weak}{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+class Value(NamedTuple):
+    """Output `index` of `node`."""
+
+    node: "Node"
+    index: int
+
+    @property
+    def type(self) -> TensorType:
+        return self.node.types[self.index]
+
+
+class Node:
+    """One operation.  Identity is the object; structure is `digest`."""
+
+    __slots__ = ("op", "inputs", "params", "types", "deps", "_digest")
+
+    def __init__(self, op: str, inputs: Iterable[Value], params: Params,
+                 types: Iterable[TensorType], deps: Iterable["Node"] = ()):
+        self.op = op
+        self.inputs = tuple(inputs)
+        self.params = params if isinstance(params, Params) else Params(params)
+        self.types = tuple(types)
+        self.deps = tuple(deps)
+        self._digest = None
+
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        return tuple(Value(self, i) for i in range(len(self.types)))
+
+    def out(self, index: int = 0) -> Value:
+        return Value(self, index)
+
+    def parents(self) -> tuple["Node", ...]:
+        return tuple(v.node for v in self.inputs) + self.deps
+
+    @property
+    def digest(self) -> str:
+        """Structural hash: equal for structurally equal subgraphs, whatever their
+        creation order.  Computed bottom-up without recursion (see Graph)."""
+        if self._digest is None:
+            for node in _postorder([self]):
+                node._set_digest()
+        return self._digest
+
+    def _set_digest(self) -> None:
+        if self._digest is not None:
+            return
+        text = "|".join([
+            self.op, self.params.key, ";".join(map(str, self.types)),
+            ",".join(f"{v.node._digest}:{v.index}" for v in self.inputs),
+            ",".join(d._digest for d in self.deps),
+        ])
+        self._digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {', '.join(map(str, self.types))})"
+
+
+def _postorder(roots: Iterable[Node]) -> list[Node]:
+    """Parents before children, in a deterministic order (iterative DFS)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in roots:
+        if id(root) in seen:
+            continue
+        stack = [(root, iter(root.parents()))]
+        seen.add(id(root))
+        while stack:
+            node, it = stack[-1]
+            for parent in it:
+                if id(parent) not in seen:
+                    seen.add(id(parent))
+                    stack.append((parent, iter(parent.parents())))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+class Graph:
+    """An immutable dataflow graph with ordered inputs, outputs and effects."""
+
+    def __init__(self, inputs: Sequence[Node], outputs: Sequence[Value],
+                 effects: Sequence[Node] = ()):
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.effects = tuple(effects)
+        if any(n.op != "input" for n in self.inputs):
+            raise GraphError("graph inputs must be 'input' nodes")
+        self.nodes = tuple(_postorder(list(self.inputs) + [v.node for v in self.outputs]
+                                      + list(self.effects)))
+        for node in self.nodes:
+            node._set_digest()
+        stray = [n for n in self.nodes if n.op == "input" and n not in self.inputs]
+        if stray:
+            raise GraphError(f"{len(stray)} input node(s) not listed among the graph inputs")
+        text = "|".join([",".join(n.digest for n in self.inputs),
+                         ",".join(f"{v.node.digest}:{v.index}" for v in self.outputs),
+                         ",".join(n.digest for n in self.effects)])
+        self.digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Graph) and self.digest == other.digest
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def in_types(self) -> tuple[TensorType, ...]:
+        return tuple(n.types[0] for n in self.inputs)
+
+    @property
+    def out_types(self) -> tuple[TensorType, ...]:
+        return tuple(v.type for v in self.outputs)
+
+    def evaluate(self, args: Sequence[Any], apply: Callable[[Node, list], Sequence]) -> list:
+        """The one interpreter: feed `args` to the inputs and `apply(node, values)`
+        to every other node in topological order; return the output values."""
+        if len(args) != len(self.inputs):
+            raise GraphError(f"graph takes {len(self.inputs)} inputs, got {len(args)}")
+        env: dict[Node, Sequence] = {n: (a,) for n, a in zip(self.inputs, args)}
+        for node in self.nodes:
+            if node.op != "input":
+                outs = apply(node, [env[v.node][v.index] for v in node.inputs])
+                env[node] = outs
+        return [env[v.node][v.index] for v in self.outputs]
+
+    def users(self) -> dict[Node, list[Node]]:
+        users: dict[Node, list[Node]] = {n: [] for n in self.nodes}
+        for node in self.nodes:
+            for parent in node.parents():
+                users[parent].append(node)
+        return users
+
+    def check(self) -> "Graph":
+        """Re-infer every node's output types from its inputs and params; raise
+        GraphError naming the first node that disagrees.  Returns self."""
+        from hlo_opt import ops
+        for i, node in enumerate(self.nodes):
+            if node.op == "input":
+                continue
+            try:
+                inferred = ops.get(node.op).infer([v.type for v in node.inputs], node.params)
+            except Exception as err:  # noqa: BLE001 - report any inference failure
+                raise GraphError(f"node %{i} ({node.op}): type inference failed: {err}") from err
+            if tuple(inferred) != node.types:
+                raise GraphError(
+                    f"node %{i} ({node.op}): recorded types {list(map(str, node.types))} "
+                    f"but inference gives {list(map(str, inferred))}")
+        return self
+
+    def __str__(self) -> str:
+        from hlo_opt.emit import to_text
+        return to_text(self)
