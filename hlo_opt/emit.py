@@ -65,7 +65,7 @@ def to_source(graph: Graph, name: str = "optimized") -> str:
         base, targets = names[node]
         try:
             expr = ops.get(node.op).source(node, args)
-            lhs = ", ".join(targets)
+            lhs = ", ".join(targets) + ("," if _binds_list(node) and len(targets) == 1 else "")
         except NoSource:
             env_used = True
             expr = f"_env[{base!r}]({', '.join(args)})"
@@ -77,6 +77,13 @@ def to_source(graph: Graph, name: str = "optimized") -> str:
             "# globals=hlo_opt.emit.source_env(graph).\n") if env_used else ""
     return (f"{SOURCE_HEADER}\n{note}\ndef {name}({params}):\n" + "\n".join(lines) +
             f"\n    return [{outs}]\n")
+
+
+def _binds_list(node: Node) -> bool:
+    """Whether the node's source expression returns a sequence (a multiple-results
+    primitive), even of one element."""
+    prim = node.params["primitive"] if node.op == "opaque" else ops.get(node.op).primitive
+    return bool(prim is not None and prim.multiple_results)
 
 
 def source_env(graph: Graph) -> dict[str, Any]:

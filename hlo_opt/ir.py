@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -52,6 +53,9 @@ class TensorType:
         return f"{weak}{self.dtype}[{','.join(map(str, self.shape))}]"
 
 
+_CREATION = itertools.count()
+
+
 class Value(NamedTuple):
     """Output `index` of `node`."""
 
@@ -66,7 +70,7 @@ class Value(NamedTuple):
 class Node:
     """One operation.  Identity is the object; structure is `digest`."""
 
-    __slots__ = ("op", "inputs", "params", "types", "deps", "_digest")
+    __slots__ = ("op", "inputs", "params", "types", "deps", "_digest", "_seq")
 
     def __init__(self, op: str, inputs: Iterable[Value], params: Params,
                  types: Iterable[TensorType], deps: Iterable["Node"] = ()):
@@ -76,6 +80,7 @@ class Node:
         self.types = tuple(types)
         self.deps = tuple(deps)
         self._digest = None
+        self._seq = next(_CREATION)   # parents are always created before their users
 
     @property
     def outputs(self) -> tuple[Value, ...]:
@@ -142,8 +147,12 @@ class Graph:
         self.effects = tuple(effects)
         if any(n.op != "input" for n in self.inputs):
             raise GraphError("graph inputs must be 'input' nodes")
-        self.nodes = tuple(_postorder(list(self.inputs) + [v.node for v in self.outputs]
-                                      + list(self.effects)))
+        # Creation order is a topological order; for a captured graph it is the jaxpr's
+        # equation order, which keeps autodiff's accumulation order (and so gradients)
+        # bit-identical to the original program's.
+        reachable = _postorder(list(self.inputs) + [v.node for v in self.outputs]
+                               + list(self.effects))
+        self.nodes = tuple(sorted(reachable, key=lambda n: n._seq))
         for node in self.nodes:
             node._set_digest()
         stray = [n for n in self.nodes if n.op == "input" and n not in self.inputs]

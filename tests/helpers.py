@@ -1,0 +1,37 @@
+"""Comparison helpers shared by the tests."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+
+def assert_same(got, want, what: str = "") -> None:
+    """Same pytree structure, and every leaf equal bit for bit (NaNs equal)."""
+    assert jax.tree.structure(got) == jax.tree.structure(want), what
+    for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, \
+            f"{what} leaf {i}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        floating = g.dtype.kind in "fc" or g.dtype.name == "bfloat16"
+        assert np.array_equal(g, w, equal_nan=floating), f"{what} leaf {i} differs"
+
+
+def float_argnums(args, static_argnums=()) -> tuple[int, ...]:
+    """Positions of arguments whose leaves are all floating point (differentiable)."""
+    def is_float(leaf):
+        return np.issubdtype(np.asarray(leaf).dtype, np.floating) or \
+            np.asarray(leaf).dtype.name == "bfloat16"
+    return tuple(i for i, a in enumerate(args) if i not in static_argnums
+                 and jax.tree.leaves(a) and all(map(is_float, jax.tree.leaves(a))))
+
+
+def scalar_loss(fn, args, argnums):
+    """A scalar of `fn`'s float outputs, as a function of the arguments at `argnums`."""
+    def loss(*diff):
+        full = list(args)
+        for i, d in zip(argnums, diff):
+            full[i] = d
+        leaves = [l for l in jax.tree.leaves(fn(*full))
+                  if np.issubdtype(l.dtype, np.floating) or l.dtype.name == "bfloat16"]
+        return sum(jax.numpy.sum(jax.numpy.sin(l.astype(np.float32))) for l in leaves)
+    return loss
