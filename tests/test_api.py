@@ -1,0 +1,187 @@
+"""The public API: hlo_opt.jit / optimize behave as jax.jit, report, and fall back."""
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hlo_opt
+from hlo_opt import capture
+from helpers import assert_same
+
+
+def mlp(params, x):
+    return jax.nn.relu(x @ params["w"] + params["b"]).sum(axis=-1)
+
+
+PARAMS = {"w": jnp.full((4, 3), 0.5), "b": jnp.arange(3.0)}
+X = jnp.arange(8.0).reshape(2, 4)
+
+
+def test_optimize_bare_and_with_options():
+    @hlo_opt.optimize
+    def f(params, x):
+        return mlp(params, x)
+
+    @hlo_opt.optimize(alpha=1.1, time_limit=5.0, search="greedy", cost="analytic")
+    def g(params, x):
+        return mlp(params, x)
+
+    want = jax.jit(mlp)(PARAMS, X)
+    assert_same(f(PARAMS, X), want)
+    assert_same(g(PARAMS, X), want)
+    assert g.options.alpha == 1.1 and g.options.search == "greedy"
+    assert f.__name__ == "f" and f.__wrapped__ is not None
+
+
+def test_jit_is_a_drop_in_with_static_and_frozen_arguments():
+    def f(params, x, n, *, mode):
+        for _ in range(n):
+            x = jnp.tanh(x) if mode == "tanh" else jnp.sin(x)
+        return mlp(params, x)
+    ours = hlo_opt.jit(f, static_argnums=(2,), static_argnames=("mode",), frozen_argnums=(0,))
+    plain = jax.jit(f, static_argnums=(2,), static_argnames=("mode",))
+    for n, mode in [(1, "tanh"), (2, "sin"), (1, "tanh")]:
+        assert_same(ours(PARAMS, X, n, mode=mode), plain(PARAMS, X, n, mode=mode))
+    assert ours.frozen_argnums == (0,)
+
+
+def test_static_argnames_given_as_positional_argument():
+    def f(x, power):
+        return x ** power
+    ours, plain = hlo_opt.jit(f, static_argnames="power"), jax.jit(f, static_argnames="power")
+    assert_same(ours(X, 3), plain(X, 3))
+    assert_same(ours(X, power=2), plain(X, power=2))
+
+
+def test_dynamic_keyword_arguments():
+    f = lambda x, *, scale: x * scale
+    assert_same(hlo_opt.jit(f)(X, scale=2.0), jax.jit(f)(X, scale=2.0))
+
+
+def test_unknown_jit_keywords_pass_through():
+    f = lambda x, unused: x + 1
+    ours = hlo_opt.jit(f, keep_unused=True)
+    text = ours.lower(X, jnp.ones(5)).as_text()
+    assert "tensor<5xf32>" in text          # the unused argument was kept
+    assert "tensor<5xf32>" not in hlo_opt.jit(f).lower(X, jnp.ones(5)).as_text()
+
+
+def test_donated_arguments_are_donated_like_jax_jit():
+    f = lambda x: x * 2
+    a, b = jnp.ones(16), jnp.ones(16)
+    hlo_opt.jit(f, donate_argnums=0)(a).block_until_ready()
+    jax.jit(f, donate_argnums=0)(b).block_until_ready()
+    assert a.is_deleted() == b.is_deleted()
+
+
+def test_transformations_vmap_grad_and_outer_jit():
+    ours = hlo_opt.jit(mlp)
+    assert_same(jax.vmap(ours, in_axes=(None, 0))(PARAMS, X), jax.vmap(mlp, in_axes=(None, 0))(PARAMS, X))
+    loss = lambda fn: (lambda p: fn(p, X).sum())
+    assert_same(jax.grad(loss(ours))(PARAMS), jax.grad(loss(jax.jit(mlp)))(PARAMS))
+    assert_same(jax.jit(lambda p, x: ours(p, x) * 2)(PARAMS, X), jax.jit(lambda p, x: mlp(p, x) * 2)(PARAMS, X))
+
+
+def test_one_optimisation_per_signature(monkeypatch):
+    calls = []
+    trace = capture.trace
+    monkeypatch.setattr(capture, "trace", lambda *a, **k: calls.append(1) or trace(*a, **k))
+    ours = hlo_opt.jit(mlp)
+    ours(PARAMS, X)
+    ours(PARAMS, X + 1)
+    assert len(calls) == 1
+    ours(PARAMS, jnp.ones((5, 4)))          # new shape: new signature
+    ours(PARAMS, X.astype(jnp.bfloat16))    # new dtype
+    assert len(calls) == 3
+    ours.explain(PARAMS, X)                 # already known: no new optimisation
+    assert len(calls) == 3
+
+
+def test_lower_returns_the_optimised_program():
+    ours = hlo_opt.jit(mlp)
+    lowered = ours.lower(PARAMS, X)
+    assert isinstance(lowered, jax.stages.Lowered)
+    assert_same(lowered.compile()(PARAMS, X), jax.jit(mlp)(PARAMS, X))
+
+
+def test_explain_reports_the_round_trip():
+    report = hlo_opt.jit(mlp).explain(PARAMS, X)
+    assert isinstance(report, hlo_opt.Report)
+    assert not report.fell_back and report.reason is None and report.applied == {}
+    assert report.original == report.optimized and len(report.original) > 3
+    assert "dot_general" in report.source and "def mlp(" in report.source
+    assert "fell back" in report.summary() and "none" in report.summary()
+    dot = report.to_dot()
+    assert dot.startswith("digraph") and "cluster_before" in dot and "fillcolor" not in dot
+
+
+def test_disable_gives_plain_jax_jit(monkeypatch):
+    monkeypatch.setenv("HLO_OPT_DISABLE", "1")
+    monkeypatch.setattr(capture, "trace", lambda *a, **k: pytest.fail("captured while disabled"))
+    ours = hlo_opt.jit(mlp)
+    assert_same(ours(PARAMS, X), jax.jit(mlp)(PARAMS, X))
+    assert ours.lower(PARAMS, X).as_text() == jax.jit(mlp).lower(PARAMS, X).as_text()
+    report = ours.explain(PARAMS, X)
+    assert report.fell_back and "HLO_OPT_DISABLE" in report.reason
+
+
+def test_internal_failure_warns_and_falls_back(monkeypatch, caplog):
+    def broken(closed):
+        raise RuntimeError("planted capture failure")
+    monkeypatch.setattr(capture, "from_jaxpr", broken)
+    ours = hlo_opt.jit(mlp)
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        assert_same(ours(PARAMS, X), jax.jit(mlp)(PARAMS, X))
+    assert any("mlp" in r.getMessage() and "planted capture failure" in r.getMessage()
+               for r in caplog.records)
+    report = ours.explain(PARAMS, X)
+    assert report.fell_back and "planted capture failure" in report.reason
+
+
+def test_user_errors_are_jax_jits_own():
+    def bad(x):
+        return x @ jnp.ones((7, 2))          # shapes do not match
+    with pytest.raises(TypeError) as ours_err:
+        hlo_opt.jit(bad)(X)
+    with pytest.raises(TypeError) as jax_err:
+        jax.jit(bad)(X)
+    assert str(ours_err.value) == str(jax_err.value)
+
+
+def test_unhashable_static_argument_gets_jax_jits_error():
+    f = lambda x, cfg: x * len(cfg)
+    with pytest.raises(ValueError) as ours_err:
+        hlo_opt.jit(f, static_argnums=1)(X, ["a", "b"])
+    with pytest.raises(ValueError) as jax_err:
+        jax.jit(f, static_argnums=1)(X, ["a", "b"])
+    assert type(ours_err.value) is type(jax_err.value)
+    assert "hash" in str(ours_err.value).lower()
+
+
+def test_bad_options_name_the_function():
+    def my_model(x):
+        return x
+    with pytest.raises(ValueError, match="my_model.*search"):
+        hlo_opt.jit(my_model, search="exhaustive")
+    with pytest.raises(ValueError, match="my_model.*alpha"):
+        hlo_opt.optimize(alpha=0.5)(my_model)
+    with pytest.raises(ValueError, match="my_model.*static and frozen"):
+        hlo_opt.jit(my_model, static_argnums=0, frozen_argnums=0)
+    with pytest.raises(TypeError, match="expected a function"):
+        hlo_opt.jit(42)
+
+
+def test_works_as_a_method_decorator():
+    class Layer:
+        def __init__(self, w):
+            self.w = w
+
+        @hlo_opt.optimize(static_argnums=0)
+        def __call__(self, x):
+            return x @ self.w
+
+    layer = Layer(jnp.eye(4))
+    # jax.jit's rule: `self` is static, so it must be hashable (object identity here).
+    assert_same(layer(X), X @ jnp.eye(4))
