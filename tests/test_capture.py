@@ -76,9 +76,12 @@ def test_a_relu_lookalike_with_another_gradient_stays_opaque():
     assert_same(jax.grad(hlo_opt.jit(f))(x), jnp.ones(3))   # its own (straight-through) rule
 
 
-def test_custom_vjp_stays_opaque():
+def test_custom_vjp_stays_opaque_and_keeps_its_gradient():
     from corpus import with_custom_vjp
-    assert _opaque_names(with_custom_vjp, jnp.ones(3)) == ["custom_vjp_call"]
+    x = jnp.array([-2.0, 0.01, 3.0])
+    assert _opaque_names(with_custom_vjp, x) == ["custom_vjp_call"]
+    # the custom rule clips 2x to [-0.1, 0.1]; the inlined body would give 2x
+    assert_same(jax.grad(hlo_opt.jit(with_custom_vjp))(x), jnp.array([-0.1, 0.02, 0.1]))
 
 
 def test_effects_are_chained_in_program_order():

@@ -7,7 +7,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_quickstart_example_runs():
-    result = subprocess.run([sys.executable, "examples/quickstart.py"], cwd=ROOT,
+    env = dict(os.environ, PYTHONPATH=ROOT)     # this checkout, not an installed copy
+    result = subprocess.run([sys.executable, "examples/quickstart.py"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "max abs difference vs jax.jit: 0" in result.stdout
