@@ -206,7 +206,9 @@ class Optimized:
             self._warn(err)
             return self._fun(*args, **kwargs)
         if entry is None:
-            entry = self._entries[key] = self._optimize(args, kwargs)
+            entry = self._optimize(args, kwargs)
+            if not capture.closes_over_tracers(entry.original):   # valid in this trace only
+                self._entries[key] = entry
         try:
             outs = entry.run(leaves)
         except Exception as err:  # noqa: BLE001

@@ -21,6 +21,14 @@ from hlo_opt.ir import Graph, Node, TensorType, Value
 from hlo_opt.params import Params
 
 
+class CaptureError(ValueError):
+    """A jaxpr that cannot be captured as a Graph."""
+
+
+def closes_over_tracers(closed: jcore.ClosedJaxpr) -> bool:
+    return any(isinstance(c, jax.core.Tracer) for c in closed.consts)
+
+
 @dataclasses.dataclass(frozen=True)
 class Captured:
     graph: Graph
@@ -44,6 +52,10 @@ class _Walk:
         return node
 
     def const(self, value: Any, aval) -> Value:
+        if isinstance(value, jax.core.Tracer):
+            raise CaptureError("the function closes over a value traced by an enclosing "
+                               "transformation; only functions of their arguments are "
+                               "optimised (pass that value as an argument)")
         return ops.make_const(value, TensorType.from_aval(aval)).out()
 
     def walk(self, jaxpr: jcore.Jaxpr, consts: Sequence[Any], args: Sequence[Value]) -> list[Value]:

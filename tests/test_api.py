@@ -185,3 +185,13 @@ def test_works_as_a_method_decorator():
     layer = Layer(jnp.eye(4))
     # jax.jit's rule: `self` is static, so it must be hashable (object identity here).
     assert_same(layer(X), X @ jnp.eye(4))
+
+
+def test_closing_over_an_outer_tracer_falls_back_with_a_clear_warning(caplog):
+    def outer(x, y):
+        inner = hlo_opt.jit(lambda t: jnp.sin(t) * y)
+        return inner(x), inner(x + 1)
+    x, y = jnp.ones(3), jnp.arange(3.0)
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        assert_same(jax.jit(outer)(x, y), jax.jit(lambda x, y: (jnp.sin(x) * y, jnp.sin(x + 1) * y))(x, y))
+    assert any("closes over a value traced" in r.getMessage() for r in caplog.records)

@@ -104,8 +104,8 @@ def primitive_source(prim: jcore.Primitive):
 _PLAIN_LAX_FUNCTIONS = frozenset(
     "neg exp exp2 log log1p expm1 tanh logistic sin cos tan asin acos atan sinh cosh "
     "asinh acosh atanh sqrt rsqrt cbrt abs sign floor ceil is_finite erf erfc erf_inv "
-    "square add sub mul div rem pow max min atan2 nextafter bitwise_and bitwise_or "
-    "bitwise_xor eq ne lt le gt ge select_n clamp stop_gradient".split())
+    "square add sub mul div rem pow max min atan2 nextafter eq ne lt le gt ge select_n "
+    "clamp stop_gradient".split())
 
 
 def numpy_reference(fn: Callable[..., Any], *, compute_dtype=None):
