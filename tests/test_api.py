@@ -3,7 +3,6 @@ import logging
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import hlo_opt

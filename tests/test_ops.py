@@ -1,6 +1,5 @@
 """The op table: NumPy references agree with the JAX emitters, type inference agrees
 with jax, the corpus covers every op, FLOP counts follow their formulas."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
