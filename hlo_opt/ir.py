@@ -172,14 +172,6 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    @property
-    def in_types(self) -> tuple[TensorType, ...]:
-        return tuple(n.types[0] for n in self.inputs)
-
-    @property
-    def out_types(self) -> tuple[TensorType, ...]:
-        return tuple(v.type for v in self.outputs)
-
     def evaluate(self, args: Sequence[Any], apply: Callable[[Node, list], Sequence]) -> list:
         """The one interpreter: feed `args` to the inputs and `apply(node, values)`
         to every other node in topological order; return the output values."""
@@ -191,13 +183,6 @@ class Graph:
                 outs = apply(node, [env[v.node][v.index] for v in node.inputs])
                 env[node] = outs
         return [env[v.node][v.index] for v in self.outputs]
-
-    def users(self) -> dict[Node, list[Node]]:
-        users: dict[Node, list[Node]] = {n: [] for n in self.nodes}
-        for node in self.nodes:
-            for parent in node.parents():
-                users[parent].append(node)
-        return users
 
     def check(self) -> "Graph":
         """Re-infer every node's output types from its inputs and params; raise

@@ -74,3 +74,14 @@ def test_two_captures_hash_equal(case):
     first = capture.capture(case.fn, args, static_argnums=case.static_argnums).graph
     second = capture.capture(case.fn, args, static_argnums=case.static_argnums).graph
     assert first is not second and first.digest == second.digest and first == second
+
+
+def test_emitted_callable_is_stable_for_equal_graphs():
+    """Equal graphs give the same function object, so jax's compilation cache hits."""
+    from corpus import nasrnn_cell
+    args = next(c for c in CASES if c.name == "nasrnn_cell").args()
+    first = capture.capture(nasrnn_cell, args).graph
+    second = capture.capture(nasrnn_cell, args).graph
+    fn = emit.to_callable(first)
+    assert emit.to_callable(second) is fn
+    assert_same(jax.jit(fn)(*args), [jax.jit(nasrnn_cell)(*args)])
