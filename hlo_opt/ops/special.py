@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
+from jax import lax
 from jax._src import literals
 
 from hlo_opt.ir import GraphError, Node, TensorType
@@ -104,7 +105,6 @@ def _opaque_reference(node: Node, *args):
 
 def _opaque_source(node: Node, args: Sequence[str]) -> str:
     prim, rest = _opaque_parts(node.params)
-    from jax import lax
     if getattr(lax, f"{prim.name}_p", None) is not prim:
         raise NoSource(prim)
     return call_source(f"lax.{prim.name}_p.bind", args, rest)
