@@ -1,4 +1,6 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))   # for `corpus`
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)                                         # for `corpus`, `helpers`
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))   # `models`, `bench`

@@ -35,3 +35,17 @@ def scalar_loss(fn, args, argnums):
                   if np.issubdtype(l.dtype, np.floating) or l.dtype.name == "bfloat16"]
         return sum(jax.numpy.sum(jax.numpy.sin(l.astype(np.float32))) for l in leaves)
     return loss
+
+
+def assert_close(got, want, rtol: float, what: str = "") -> None:
+    """Same structure, shapes and dtypes; every leaf within `rtol` of the largest
+    magnitude in `want` (the error measure the benchmarks report)."""
+    assert jax.tree.structure(got) == jax.tree.structure(want), what
+    for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
+        assert g.shape == w.shape and g.dtype == w.dtype, \
+            f"{what} leaf {i}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        assert np.all(np.isfinite(g)) and np.all(np.isfinite(w)), f"{what} leaf {i}: not finite"
+        scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
+        err = float(np.max(np.abs(g - w), initial=0.0))
+        assert err <= rtol * scale, f"{what} leaf {i}: error {err:.3g} > {rtol:g} x {scale:.3g}"

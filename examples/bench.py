@@ -1,0 +1,279 @@
+"""The benchmark harness: one zoo model under `jax.jit` and `hlo_opt.jit`, side by side in
+one process, on the same inputs.
+
+Method (what a careful benchmarker does, so every script does it the same way):
+- the first call of each contender is timed on its own (compile, or optimise + compile);
+- outputs are compared with `jax.jit`'s (max abs and relative error, within a tolerance
+  scaled to the dtype);
+- after a warm-up, the contenders are timed **interleaved** — A B, then B A, and so on —
+  every call blocked until ready; each sample averages enough calls to last ~50 ms;
+- the speed-up is the median of the per-pair ratios (jax.jit time / contender time),
+  with the min and max shown so the noise is visible.
+
+If `enzyme_ad` is importable, `jax.jit(enzyme_jax_ir()(fn))` (Enzyme-JAX's default
+StableHLO pipeline) is a third contender; if not, its columns are left out.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+from absl import logging as absl_logging
+
+import hlo_opt
+import models
+
+flags.DEFINE_integer("batch", 1, "Batch size.")
+flags.DEFINE_enum("layout", "NCHW", ["NCHW", "NHWC"], "Layout of the CNNs (others ignore it).")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Weights and inputs dtype.")
+flags.DEFINE_integer("repeats", 20, "Interleaved timing rounds per contender.")
+flags.DEFINE_enum("search", "auto", list(hlo_opt.api.SEARCHES), "hlo_opt search algorithm.")
+flags.DEFINE_float("time_limit", None, "hlo_opt search time limit in seconds.")
+flags.DEFINE_string("json", None, "Also write the result(s) to this JSON file.")
+flags.DEFINE_bool("small", False, "Use the model's small test configuration.")
+flags.DEFINE_bool("train", False, "Time a training step (value_and_grad of a loss).")
+flags.DEFINE_integer("seed", 0, "Seed of the random weights and inputs.")
+FLAGS = flags.FLAGS
+
+BASELINE = "jax.jit"
+SAMPLE_SECONDS = 0.05
+# Largest relative error (max |a - b| / max |b|) accepted as "agrees" for each dtype.
+TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 3e-2}
+
+
+def tolerance(dtype) -> float:
+    return TOLERANCE[jnp.dtype(dtype).name]
+
+
+def environment() -> dict:
+    """What the numbers were measured on."""
+    device = jax.devices()[0]
+    return {"platform": device.platform, "device_kind": device.device_kind,
+            "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "jax": jax.__version__, "hlo_opt": getattr(hlo_opt, "__version__", "dev"),
+            "enzyme_ad": _version("enzyme-ad"),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def train_step(fn: Callable) -> Callable:
+    """`value_and_grad` of a softmax cross-entropy (class 0 as the label) of `fn`'s
+    output with respect to the params: one training step's work."""
+    def loss(params, *inputs):
+        out = fn(params, *inputs).astype(jnp.float32)
+        return -jnp.mean(jax.nn.log_softmax(out, axis=-1)[..., 0])
+    return jax.value_and_grad(loss)
+
+
+def agreement(reference, output) -> tuple[float, float]:
+    """(max abs error, max abs error / max |reference|) over all output leaves."""
+    ref = [np.asarray(a, np.float64) for a in jax.tree.leaves(reference)]
+    out = [np.asarray(a, np.float64) for a in jax.tree.leaves(output)]
+    if len(ref) != len(out) or any(a.shape != b.shape for a, b in zip(ref, out)):
+        raise AssertionError("the outputs differ in structure or shape")
+    err = max((float(np.max(np.abs(a - b))) for a, b in zip(ref, out) if a.size), default=0.0)
+    scale = max((float(np.max(np.abs(a))) for a in ref if a.size), default=0.0)
+    return err, err / scale if scale else err
+
+
+def _call(f, args):
+    return jax.block_until_ready(f(*args))
+
+
+def _first_call(f, args) -> tuple[object, float]:
+    start = time.perf_counter()
+    out = _call(f, args)
+    return out, time.perf_counter() - start
+
+
+def _sample(f, args, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        _call(f, args)
+    return (time.perf_counter() - start) / number
+
+
+def interleaved(contenders: dict[str, Callable], args, repeats: int) -> dict:
+    """Time the contenders in alternating order (A B, B A, ...); see the module doc.
+    The first contender is the baseline the ratios are taken against."""
+    names = list(contenders)
+    for f in contenders.values():           # warm-up
+        _call(f, args)
+    slowest = max(_sample(f, args, 1) for f in contenders.values())
+    number = max(1, math.ceil(SAMPLE_SECONDS / max(slowest, 1e-9)))
+    samples = {name: [] for name in names}
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            samples[name].append(_sample(contenders[name], args, number))
+    base = samples[names[0]]
+    result = {"number": number, "repeats": repeats, "ms": {}, "speedup": {}}
+    for name in names:
+        result["ms"][name] = statistics.median(samples[name]) * 1e3
+        if name == names[0]:
+            continue
+        ratios = [b / t for b, t in zip(base, samples[name])]
+        result["speedup"][name] = {"median": statistics.median(ratios),
+                                   "min": min(ratios), "max": max(ratios)}
+    return result
+
+
+def enzyme(fn: Callable) -> Callable | None:
+    """Enzyme-JAX's default pipeline around `fn`, or None when it is not installed."""
+    try:
+        from enzyme_ad.jax import enzyme_jax_ir
+    except ImportError:
+        return None
+    return jax.jit(enzyme_jax_ir()(fn))
+
+
+def run(name: str, *, batch: int = 1, layout: str | None = "NCHW", dtype: str = "float32",
+        small: bool = False, train: bool = False, repeats: int = 20, search: str = "auto",
+        time_limit: float | None = None, seed: int = 0) -> dict:
+    """Benchmark one model; returns a JSON-ready record."""
+    layout = layout if name in models.CNNS else None
+    fn, params, inputs = models.build(name, layout=layout, batch=batch, dtype=dtype,
+                                      small=small, seed=seed)
+    if train:
+        fn = train_step(fn)
+    args = (params, *inputs)
+    optimized = hlo_opt.jit(fn, frozen_argnums=() if train else (0,), search=search,
+                            time_limit=time_limit)
+    contenders = {BASELINE: jax.jit(fn), "hlo_opt": optimized}
+    peer = enzyme(fn)
+    if peer is not None:
+        contenders["enzyme"] = peer
+
+    record = {"model": name,
+              "config": {"batch": batch, "layout": layout, "dtype": dtype, "small": small,
+                         "train": train, "seed": seed},
+              "tolerance": tolerance(dtype), "first_call_s": {}, "max_abs_error": {},
+              "rel_error": {}, "agree": {}, "failures": {}}
+    reference, record["first_call_s"][BASELINE] = _first_call(contenders[BASELINE], args)
+    for label in list(contenders)[1:]:
+        try:
+            out, record["first_call_s"][label] = _first_call(contenders[label], args)
+            err, rel = agreement(reference, out)
+        except Exception as exc:  # noqa: BLE001 - a peer failing is a result, not a crash
+            if label == "hlo_opt":
+                raise
+            record["failures"][label] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            del contenders[label]
+            continue
+        record["max_abs_error"][label], record["rel_error"][label] = err, rel
+        record["agree"][label] = rel <= record["tolerance"]
+
+    report = optimized.explain(*args)
+    record.update(optimise_s=record["first_call_s"]["hlo_opt"],
+                  search_s=report.search_seconds, applied=dict(report.applied),
+                  fell_back=report.fell_back, fallback_reason=report.reason,
+                  stop_reason=report.stop_reason)
+    record.update(interleaved(contenders, args, repeats))
+    return record
+
+
+def failed(name: str, exc: BaseException, **config) -> dict:
+    """The record of a model whose benchmark raised: kept, not hidden."""
+    return {"model": name, "config": config,
+            "error": "".join(traceback.format_exception_only(exc)).strip()}
+
+
+# -- reporting ------------------------------------------------------------------------------
+
+def config_text(config: dict) -> str:
+    parts = [f"b{config['batch']}", config.get("layout") or "",
+             {"float32": "f32", "bfloat16": "bf16"}.get(config["dtype"], config["dtype"])]
+    if config.get("small"):
+        parts.append("small")
+    if config.get("train"):
+        parts.append("train")
+    return " ".join(p for p in parts if p)
+
+
+def _speedup_text(s: dict) -> str:
+    return f"{s['median']:.2f}x ({s['min']:.2f}–{s['max']:.2f})"
+
+
+def _applied_text(applied: dict) -> str:
+    return ", ".join(f"{k}×{v}" for k, v in sorted(applied.items())) or "none"
+
+
+def table(records: list[dict]) -> str:
+    """One Markdown table of the records (the enzyme columns only if any record has it)."""
+    peer = any("enzyme" in r.get("ms", {}) or "enzyme" in r.get("failures", {})
+               for r in records)
+    head = ["model", "config", "jax.jit ms", "hlo_opt ms", "speedup (min–max)",
+            "max rel err", "optimise s", "search s", "rules applied"]
+    if peer:
+        head += ["enzyme ms", "enzyme speedup"]
+    rows = [head, ["---"] * len(head)]
+    for r in records:
+        if "error" in r:
+            rows.append([r["model"], config_text(r["config"]), "failed: " + r["error"]]
+                        + [""] * (len(head) - 3))
+            continue
+        row = [r["model"], config_text(r["config"]), f"{r['ms'][BASELINE]:.3f}",
+               f"{r['ms']['hlo_opt']:.3f}", _speedup_text(r["speedup"]["hlo_opt"]),
+               f"{r['rel_error']['hlo_opt']:.1e}", f"{r['optimise_s']:.2f}",
+               f"{r['search_s']:.2f}", _applied_text(r["applied"])]
+        if peer:
+            if "enzyme" in r["ms"]:
+                row += [f"{r['ms']['enzyme']:.3f}", _speedup_text(r["speedup"]["enzyme"])]
+            else:
+                row += ["failed", r["failures"].get("enzyme", "")[:60]]
+        rows.append(row)
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def write_json(path: str, records: list[dict], **extra) -> None:
+    with open(path, "w") as f:
+        json.dump({"environment": environment(), **extra, "results": records}, f, indent=1)
+
+
+def flag_config() -> dict:
+    return dict(batch=FLAGS.batch, layout=FLAGS.layout, dtype=FLAGS.dtype, small=FLAGS.small,
+                train=FLAGS.train, repeats=FLAGS.repeats, search=FLAGS.search,
+                time_limit=FLAGS.time_limit, seed=FLAGS.seed)
+
+
+def quiet_logs() -> None:
+    """Warnings and errors only (jax logs its backend probing at INFO), unless the user
+    asked for a --verbosity."""
+    if not FLAGS["verbosity"].present:
+        absl_logging.set_verbosity(absl_logging.WARNING)
+
+
+def main_for(name: str) -> Callable:
+    """The absl `main` of one model's script."""
+    def main(argv):
+        if len(argv) > 1:
+            raise SystemExit(f"unexpected arguments: {argv[1:]}")
+        quiet_logs()
+        record = run(name, **flag_config())
+        env = environment()
+        print(f"{name} on {env['device_kind']} ({env['platform']}), jax {env['jax']}")
+        print(table([record]))
+        for label, ok in record["agree"].items():
+            if not ok:
+                print(f"WARNING: {label} output differs from jax.jit beyond "
+                      f"{record['tolerance']:g} relative")
+        if FLAGS.json:
+            write_json(FLAGS.json, [record])
+    return main

@@ -1,0 +1,10 @@
+"""Benchmark an SRU text classifier (hidden 1024): jax.jit vs hlo_opt.jit.
+
+    python examples/sru.py [--batch=1 --layout=NCHW --dtype=float32 --repeats=20 --json=out.json]
+"""
+from absl import app
+
+import bench
+
+if __name__ == "__main__":
+    app.run(bench.main_for("sru"))

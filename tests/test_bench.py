@@ -1,0 +1,112 @@
+"""The benchmark harness: its error measure, its interleaving, its reports, and the
+scripts themselves run end to end (so they cannot rot). Nothing here asserts a speed."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bench
+import bench_all
+import models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD_KEYS = {"model", "config", "ms", "speedup", "first_call_s", "optimise_s", "search_s",
+               "applied", "max_abs_error", "rel_error", "agree", "number", "repeats",
+               "fell_back", "stop_reason"}
+
+
+def _run(*argv, timeout=600):
+    env = dict(os.environ, PYTHONPATH=ROOT)     # this checkout, not an installed copy
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_agreement_is_max_abs_error_over_max_magnitude():
+    ref = {"a": np.array([1.0, -4.0]), "b": np.array([[2.0]])}
+    out = {"a": np.array([1.5, -4.0]), "b": np.array([[1.0]])}
+    assert bench.agreement(ref, out) == (1.0, 0.25)
+    assert bench.agreement(ref, ref) == (0.0, 0.0)
+    with pytest.raises(AssertionError, match="structure or shape"):
+        bench.agreement(ref, {"a": np.zeros(2), "b": np.zeros(3)})
+
+
+def test_interleaving_alternates_order_and_summarises_ratios():
+    calls = []
+    contenders = {name: (lambda name=name: calls.append(name) or np.zeros(()))
+                  for name in ("A", "B", "C")}
+    result = bench.interleaved(contenders, (), repeats=4)
+    n = result["number"]
+    timed = calls[-4 * 3 * n:]
+    rounds = [timed[i * 3 * n:(i + 1) * 3 * n:n] for i in range(4)]
+    assert rounds == [["A", "B", "C"], ["C", "B", "A"]] * 2
+    assert set(result["ms"]) == {"A", "B", "C"} and set(result["speedup"]) == {"B", "C"}
+    for s in result["speedup"].values():
+        assert 0 < s["min"] <= s["median"] <= s["max"]
+
+
+def _record(**extra):
+    return {"model": "m", "config": {"batch": 1, "layout": "NHWC", "dtype": "bfloat16",
+                                     "train": True},
+            "ms": {"jax.jit": 2.0, "hlo_opt": 1.0},
+            "speedup": {"hlo_opt": {"median": 2.0, "min": 1.5, "max": 2.5}},
+            "rel_error": {"hlo_opt": 0.0}, "optimise_s": 1.0, "search_s": 0.5,
+            "applied": {"b-rule": 1, "a-rule": 2}, "failures": {}, **extra}
+
+
+def test_table_shows_each_column_and_omits_a_missing_peer():
+    text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
+                                                dtype="float32")])
+    head, _, row, failed = text.splitlines()
+    assert "enzyme" not in head and head.count("|") == 10
+    assert "| m | b1 NHWC bf16 train | 2.000 | 1.000 | 2.00x (1.50–2.50) |" in row
+    assert "a-rule×2, b-rule×1" in row
+    assert "failed: RuntimeError: boom" in failed
+    peer = _record(failures={"enzyme": "ValueError: unsupported"})
+    assert "failed" in bench.table([peer]).splitlines()[2] and \
+        "enzyme ms" in bench.table([peer]).splitlines()[0]
+
+
+def test_readme_section_is_rewritten_between_the_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    begin, end = bench_all.MARKERS
+    readme.write_text(f"# x\n{begin}\nold table\n{end}\ntail\n")
+    bench_all.rewrite_readme("new table\n", str(readme))
+    assert readme.read_text() == f"# x\n{begin}\nnew table\n{end}\ntail\n"
+    (tmp_path / "bare.md").write_text("no markers")
+    with pytest.raises(SystemExit, match="no <!-- bench_all:begin -->"):
+        bench_all.rewrite_readme("t", str(tmp_path / "bare.md"))
+
+
+def test_the_readme_has_the_bench_section():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    assert all(m in text for m in bench_all.MARKERS) and "## Benchmarks" in text
+
+
+def test_bench_all_quick_writes_the_three_files(tmp_path):
+    result = _run("examples/bench_all.py", "--quick", "--train", "--repeats=2",
+                  f"--out={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {"device_kind", "platform", "jax"} <= set(data["environment"])
+    runs = [(r["model"], r["config"]["train"]) for r in data["results"]]
+    assert runs == [(n, False) for n in models.NAMES] + [("resnet50", True), ("bert", True)]
+    for r in data["results"]:
+        assert RECORD_KEYS <= set(r), r.get("error")
+        assert r["agree"]["hlo_opt"] and r["config"]["small"]
+    md = (tmp_path / "results.md").read_text()
+    assert all(f"| {n} |" in md for n in models.NAMES)
+    assert (tmp_path / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_each_model_script_runs(name, tmp_path):
+    out = tmp_path / "r.json"
+    result = _run(f"examples/{name}.py", "--small", "--repeats=1", "--batch=2",
+                  f"--json={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = json.loads(out.read_text())["results"]
+    assert record["model"] == name and record["config"]["batch"] == 2
+    assert f"| {name} |" in result.stdout and "speedup" in result.stdout
