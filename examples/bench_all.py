@@ -101,7 +101,7 @@ def main(argv):
                  if name in FLAGS.models]
     records = []
     for name, cfg in runs:
-        logging.warning("benchmarking %s (%s)", name, bench.config_text(cfg))
+        logging.warning("benchmarking %s", name)
         try:
             records.append(bench.run(name, **cfg))
         except Exception as exc:  # noqa: BLE001 - record it, run the rest

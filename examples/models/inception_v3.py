@@ -3,8 +3,6 @@ asymmetric 1x7 / 7x1 convs, four-way channel concats), with a dense classifier o
 global average pool. Input 299x299."""
 from __future__ import annotations
 
-import functools
-
 from models import layers as L
 
 FULL = dict(image=299, div=1, a=3, c=4, e=2, classes=1000)
@@ -69,8 +67,4 @@ def body(net: L.Net, v, *, cfg: dict):
     return net.classifier(L.global_avg_pool(v, lay), cfg["classes"])
 
 
-def build(*, batch: int = 1, layout: str = "NCHW", dtype="float32", small: bool = False,
-          seed: int = 0):
-    cfg = SMALL if small else FULL
-    return L.cnn(functools.partial(body, cfg=cfg), image=cfg["image"], batch=batch,
-                 layout=layout, dtype=dtype, seed=seed)
+build = L.cnn_builder(body, FULL, SMALL)

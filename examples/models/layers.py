@@ -7,6 +7,8 @@ layout, and `to_layout` converts one build's arrays into the other's.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,6 +184,17 @@ class Net:
     def classifier(self, x, classes: int):
         p = self._weight(lambda init: classifier(init, x.shape[-1], classes))
         return dense(x, p)
+
+
+def cnn_builder(body, full: dict, tiny: dict):
+    """The `build` of a CNN written as `body(net, images, cfg=...)`, with its full and
+    small configurations (each naming its input `image` size)."""
+    def build(*, batch: int = 1, layout: str = "NCHW", dtype="float32", small: bool = False,
+              seed: int = 0):
+        cfg = tiny if small else full
+        return cnn(functools.partial(body, cfg=cfg), image=cfg["image"], batch=batch,
+                   layout=layout, dtype=dtype, seed=seed)
+    return build
 
 
 def cnn(body, *, image: int, batch: int, layout: str, dtype, seed: int):

@@ -64,8 +64,4 @@ def body(net: L.Net, x, *, cfg: dict):
     return net.classifier(L.global_avg_pool(x, lay), cfg["classes"])
 
 
-def build(*, batch: int = 1, layout: str = "NCHW", dtype="float32", small: bool = False,
-          seed: int = 0):
-    cfg = SMALL if small else FULL
-    return L.cnn(functools.partial(body, cfg=cfg), image=cfg["image"], batch=batch,
-                 layout=layout, dtype=dtype, seed=seed)
+build = L.cnn_builder(body, FULL, SMALL)

@@ -3,8 +3,6 @@
 average pool — one of MetaFlow's evaluation models."""
 from __future__ import annotations
 
-import functools
-
 from models import layers as L
 
 # (squeeze, expand) of fire2..fire9; a max pool follows the stem, fire4 and fire8.
@@ -26,8 +24,4 @@ def body(net: L.Net, x, *, cfg: dict):
     return L.global_avg_pool(net.conv(x, cfg["classes"]), lay)
 
 
-def build(*, batch: int = 1, layout: str = "NCHW", dtype="float32", small: bool = False,
-          seed: int = 0):
-    cfg = SMALL if small else FULL
-    return L.cnn(functools.partial(body, cfg=cfg), image=cfg["image"], batch=batch,
-                 layout=layout, dtype=dtype, seed=seed)
+build = L.cnn_builder(body, FULL, SMALL)
