@@ -61,10 +61,22 @@ def environment() -> dict:
     device = jax.devices()[0]
     return {"platform": device.platform, "device_kind": device.device_kind,
             "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
+            "cpu_model": _cpu_model(),
             "machine": platform.machine(), "python": platform.python_version(),
             "jax": jax.__version__, "hlo_opt": getattr(hlo_opt, "__version__", "dev"),
             "enzyme_ad": _version("enzyme-ad"),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _version(dist: str) -> str | None:

@@ -38,8 +38,8 @@ def command_line() -> str:
 
 def markdown(records: list[dict], env: dict) -> str:
     return "\n".join([
-        f"Measured on **{env['device_kind']}** ({env['platform']}, {env['cpu_count']} CPU "
-        f"cores), jax {env['jax']}"
+        f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
+        f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}"
         + (f", enzyme-ad {env['enzyme_ad']}" if env["enzyme_ad"] else "")
         + f", {env['date']}, by `{command_line().strip()}`.",
         "Speed-up = median over interleaved rounds of (jax.jit time / contender time); "
