@@ -160,8 +160,9 @@ def shape_ops(x, y):
     pd = lax.pad(x, 0.5, ((1, -1, 0), (0, 2, 1), (2, 0, 0)))
     ds = lax.dynamic_slice(x, (1, 0, 1), (1, 2, 2))
     du = lax.dynamic_update_slice(x, jnp.zeros((1, 2, 2)), (1, 1, 2))
+    st = jnp.stack([x, 2 * x], axis=1)       # jax 0.10's own `stack` primitive
     return t.sum() + e.sum() + p.sum() - q.mean() + r[0, 0, 0] + sl.sum() + pd.sum() + \
-        ds.sum() + du.sum()
+        ds.sum() + du.sum() + st[:, 1].sum()
 
 
 def index_select(x, lo, hi):
