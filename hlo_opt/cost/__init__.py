@@ -1,0 +1,11 @@
+"""The cost model: how long a Graph takes on this device.
+
+- `partition`: the graph split into the kernels XLA fuses it into;
+- `measure`: timing a small program here (jitted microbenchmarks);
+- `cache`: the on-disk JSON cache of those timings;
+- `analytic`: a calibrated roofline, for tests and as fallback;
+- `model`: `Measured` / `Analytic` cost models; `cost = model.cost(graph, frozen=...)`.
+"""
+from hlo_opt.cost.model import Analytic, Cost, CostModel, KernelCost, Measured, make
+
+__all__ = ["Analytic", "Cost", "CostModel", "KernelCost", "Measured", "make"]

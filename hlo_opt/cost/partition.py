@@ -1,0 +1,170 @@
+"""Kernel partition: split a Graph into the kernels XLA will run.
+
+The cost of a program is not the sum of its ops: XLA fuses. The rules below follow what
+XLA's fusion passes do, closely enough that costing each kernel alone and summing comes
+out near the whole program's time (the fidelity benchmark checks how near):
+
+1. **Loop kernels.** Elementwise ops, layout ops (reshape, broadcast, transpose,
+   concatenate, slice, pad, ...) and indexing ops (gather, dynamic slices) fuse with
+   their producers and consumers of the same kinds into one loop kernel, which reads its
+   inputs and writes its outputs once (XLA's loop fusion; the MXNet pointwise-fusion
+   RFC's point). A lone transpose or concat is therefore a copy kernel, and one next to
+   elementwise work folds into it.
+2. **Reductions and pooling** (`reduce_*`, `reduce_window_*`, `argmax`) take their
+   fusible producers in (XLA's input fusion) and end their kernel: consumers start anew.
+3. **Contractions** (`dot_general`, `conv_general_dilated`) are kernels of their own — a
+   library call on CPU. On GPU, XLA also fuses an elementwise epilogue (bias add,
+   activation) into the GEMM/conv, so there a contraction's elementwise consumers join it.
+4. **Opaque ops** are kernels of their own. Sources (`input`, `const`) are in no kernel.
+5. Kernels stay convex: two groups are merged only if no path leaves the merged set and
+   comes back (that would be a cycle between kernels, which XLA refuses too).
+6. A kernel of only `reshape` / `squeeze` is a bitcast in row-major memory: it moves no
+   data and is marked `free`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import graphlib
+from collections.abc import Iterable
+
+from hlo_opt import ops
+from hlo_opt.ir import Graph, Node, Value
+from hlo_opt.params import Params
+from hlo_opt.ops.table import CONTRACT, ELEMENTWISE, INDEX, LAYOUT, OPAQUE, REDUCE, SOURCE, WINDOW
+
+FUSIBLE = frozenset({ELEMENTWISE, LAYOUT, INDEX})
+ROOTS = frozenset({REDUCE, WINDOW})
+BITCASTS = frozenset({"reshape", "squeeze"})
+_STRENGTH = ("loop", "reduce", "contract")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One fused kernel: its nodes (in graph order), the values it reads from outside and
+    the values it hands on (to other kernels or the graph's outputs)."""
+
+    nodes: tuple[Node, ...]
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    kind: str          # "loop", "reduce", "contract", "opaque" or "free"
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _kind(node: Node) -> str:
+    return "input" if node.op == "input" else ops.get(node.op).kind
+
+
+class _Groups:
+    """Union of node groups with a convexity check done on ancestor bitsets."""
+
+    def __init__(self, graph: Graph):
+        self.bit = {node: 1 << i for i, node in enumerate(graph.nodes)}
+        self.ancestors: dict[Node, int] = {}
+        for node in graph.nodes:
+            acc = 0
+            for parent in node.parents():
+                acc |= self.ancestors[parent] | self.bit[parent]
+            self.ancestors[node] = acc
+        self.members: dict[int, list[Node]] = {}
+        self.mask: dict[int, int] = {}
+        self.of: dict[Node, int] = {}
+        self.kind: dict[int, str] = {}
+        self._next = 0
+
+    def new(self, node: Node, kind: str) -> int:
+        gid = self._next
+        self._next += 1
+        self.members[gid], self.mask[gid], self.kind[gid] = [node], self.bit[node], kind
+        self.of[node] = gid
+        return gid
+
+    def convex(self, nodes: Iterable[Node], mask: int) -> bool:
+        """No parent outside `mask` of a node inside it descends from a node inside it."""
+        return not any(self.ancestors[p] & mask
+                       for n in nodes for p in n.parents() if not self.bit[p] & mask)
+
+    def try_merge(self, gid: int, other: int) -> bool:
+        """Move group `other` into `gid` if the union stays convex; the union's kind is
+        the stronger of the two (contract > reduce > loop)."""
+        mask = self.mask[gid] | self.mask[other]
+        nodes = self.members[gid] + self.members[other]
+        if not self.convex(nodes, mask):
+            return False
+        for node in self.members[other]:
+            self.of[node] = gid
+        self.members[gid], self.mask[gid] = nodes, mask
+        self.kind[gid] = max(self.kind[gid], self.kind.pop(other), key=_STRENGTH.index)
+        del self.members[other], self.mask[other]
+        return True
+
+
+def partition(graph: Graph, *, epilogue_fusion: bool = False) -> list[Kernel]:
+    """The kernels of `graph`, producers first. `epilogue_fusion`: contractions absorb
+    their elementwise consumers (XLA on GPU)."""
+    groups = _Groups(graph)
+    for node in graph.nodes:
+        kind = _kind(node)
+        if kind in ("input", SOURCE) and node.op != "iota":
+            continue
+        if kind in FUSIBLE or node.op == "iota" or kind in ROOTS:
+            gid = groups.new(node, "reduce" if kind in ROOTS else "loop")
+            for parent in node.parents():
+                other = groups.of.get(parent)
+                if other is None or other == gid:
+                    continue
+                joinable = groups.kind[other] == "loop" or (
+                    epilogue_fusion and groups.kind[other] == "contract" and kind == ELEMENTWISE)
+                if joinable and groups.try_merge(other, gid):
+                    gid = other
+        else:
+            groups.new(node, "contract" if kind == CONTRACT else "opaque"
+                       if kind == OPAQUE else "loop")
+    return _kernels(graph, groups)
+
+
+def _kernels(graph: Graph, groups: _Groups) -> list[Kernel]:
+    users: dict[Value, set[int]] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            users.setdefault(v, set()).add(groups.of.get(node, -1))
+    graph_outputs = set(graph.outputs)
+    # Kernels in a topological order of the kernel DAG (acyclic because groups are
+    # convex), ties broken by graph order.
+    first = {g: min(n._seq for n in members) for g, members in groups.members.items()}
+    deps = graphlib.TopologicalSorter()
+    for gid in sorted(groups.members, key=first.get):
+        deps.add(gid, *sorted({groups.of[p] for n in groups.members[gid] for p in n.parents()
+                               if p in groups.of and groups.of[p] != gid}, key=first.get))
+    kernels = []
+    for gid in deps.static_order():
+        nodes = tuple(sorted(groups.members[gid], key=lambda n: n._seq))
+        inside = set(nodes)
+        inputs = tuple(dict.fromkeys(v for n in nodes for v in n.inputs
+                                     if v.node not in inside))
+        outputs = tuple(v for n in nodes for v in n.outputs
+                        if v in graph_outputs or users.get(v, set()) - {gid})
+        kind = groups.kind[gid]
+        if all(n.op in BITCASTS for n in nodes):
+            kind = "free"
+        kernels.append(Kernel(nodes, inputs, outputs, kind))
+    return kernels
+
+
+def isolate(kernel: Kernel) -> Graph:
+    """The kernel as a program of its own: one input per value it reads (constants are
+    copied in, as XLA sees them), its outputs as outputs."""
+    env: dict[Value, Value] = {}
+    inputs = []
+    for v in kernel.inputs:
+        if v.node.op == "const":
+            env[v] = Node("const", (), v.node.params, v.node.types).out()
+        else:
+            node = Node("input", (), Params(index=len(inputs)), (v.type,))
+            inputs.append(node)
+            env[v] = node.out()
+    for node in kernel.nodes:
+        clone = Node(node.op, [env[v] for v in node.inputs], node.params, node.types)
+        env.update(zip(node.outputs, clone.outputs))
+    return Graph(inputs, [env[v] for v in kernel.outputs])

@@ -1,0 +1,232 @@
+"""The cost model: kernel partition, the on-disk cache, the roofline, frozen weights and
+measured kernels. No test asserts a measured speed; they assert structure and order."""
+import json
+import logging
+import multiprocessing
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+from hlo_opt import capture, cost, emit
+from hlo_opt.cost import analytic, partition as part
+from hlo_opt.cost.cache import Cache
+from hlo_opt.cost.model import weight_only
+from helpers import assert_close
+
+HEADER = {"device": "test-device", "platform": "cpu", "jax": "0.10.2"}
+
+
+def graph_of(fn, *args):
+    return capture.capture(fn, args).graph
+
+
+def ops_of(kernels):
+    return [(k.kind, [n.op for n in k.nodes]) for k in kernels]
+
+
+X, W, B = jnp.ones((4, 8)), jnp.ones((8, 16)), jnp.ones((16,))
+
+
+# -- partition ---------------------------------------------------------------------------
+
+def test_mlp_partitions_into_library_calls_and_one_loop_between():
+    g = graph_of(lambda x, w, b, v: jax.nn.relu(x @ w + b) @ v, X, W, B, jnp.ones((16, 2)))
+    assert ops_of(part.partition(g)) == [
+        ("contract", ["dot_general"]),
+        ("loop", ["broadcast_in_dim", "add", "relu"]),
+        ("contract", ["dot_general"])]
+
+
+def test_gpu_fuses_the_epilogue_into_the_contraction():
+    g = graph_of(lambda x, w, b: jax.nn.relu(x @ w + b), X, W, B)
+    kernels = part.partition(g, epilogue_fusion=True)
+    assert [k.kind for k in kernels] == ["contract"]
+    assert {n.op for n in kernels[0].nodes} >= {"dot_general", "add", "relu"}
+
+
+def test_elementwise_and_layout_ops_fuse_into_one_loop_and_a_lone_transpose_is_a_copy():
+    fused = part.partition(graph_of(lambda x: jnp.tanh(x.T * 2.0) + 1.0, X))
+    assert ops_of(fused) == [("loop", ["transpose", "mul", "tanh", "add"])]
+    assert ops_of(part.partition(graph_of(lambda x: x.T, X))) == [("loop", ["transpose"])]
+
+
+def test_a_reduction_takes_its_producers_and_ends_its_kernel():
+    kernels = part.partition(graph_of(lambda x: jnp.sum(jnp.exp(x), axis=1) * 2.0, X))
+    assert ops_of(kernels) == [("reduce", ["exp", "reduce_sum"]), ("loop", ["mul"])]
+
+
+def test_reshape_only_kernels_are_free():
+    (kernel,) = part.partition(graph_of(lambda x: x.reshape(2, 16), X))
+    assert kernel.kind == "free" and analytic.DEFAULT.kernel_seconds(kernel) == 0.0
+
+
+def test_kernels_stay_convex():
+    # exp -> dot -> add, and exp -> add: putting exp and add in one kernel would need
+    # the dot both before and after it.
+    def f(x, w):
+        e = jnp.exp(x)
+        return e + e @ w
+    kernels = part.partition(graph_of(f, X, jnp.ones((8, 8))))
+    kernel_of = {n.op: i for i, k in enumerate(kernels) for n in k.nodes}
+    assert kernel_of["exp"] != kernel_of["add"]
+
+
+@pytest.mark.parametrize("name", ["resnet50", "bert", "nasrnn", "sru", "inception_v3"])
+def test_isolated_kernels_compose_to_the_whole_program(name):
+    import models
+    fn, params, inputs = models.build(name, small=True)
+    g = capture.capture(fn, (params, *inputs)).graph
+    kernels = part.partition(g)
+    covered = [n for k in kernels for n in k.nodes]
+    assert len(covered) == len(set(covered)) == sum(
+        n.op not in ("input", "const") for n in g.nodes)
+    # Run kernel by kernel, each as its own program, and compare with the whole graph.
+    env = dict(zip((n.out() for n in g.inputs), jax.tree.leaves((params, *inputs))))
+    for kernel in kernels:
+        program = part.isolate(kernel)
+        args = [env[v] for v in kernel.inputs if v.node.op != "const"]
+        env.update(zip(kernel.outputs, emit.run(program, args)))
+    want = emit.run(g, jax.tree.leaves((params, *inputs)))
+    assert_close([env[v] for v in g.outputs], want, 1e-6, name)
+
+
+# -- the cache ---------------------------------------------------------------------------
+
+def test_cache_round_trips_through_the_file(tmp_path):
+    c = Cache("t", HEADER, tmp_path)
+    c.put("k", 1.5)
+    c.flush()
+    assert Cache("t", HEADER, tmp_path).get("k") == 1.5
+    assert json.loads(c.path.read_text())["header"]["device"] == "test-device"
+
+
+def test_corrupt_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
+    c = Cache("t", HEADER, tmp_path)
+    c.put("k", 1.0)
+    c.flush()
+    c.path.write_text('{"header": {"format": 1, "na')        # torn by hand
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        fresh = Cache("t", HEADER, tmp_path)
+    assert len(fresh) == 0 and "unreadable" in caplog.text
+    fresh.put("k2", 2.0)
+    fresh.flush()
+    assert Cache("t", HEADER, tmp_path).get("k2") == 2.0
+
+
+def test_a_jax_version_change_does_not_reuse_entries(tmp_path, caplog):
+    old = Cache("t", HEADER, tmp_path)
+    old.put("k", 1.0)
+    old.flush()
+    new_header = dict(HEADER, jax="0.11.0")
+    assert Cache("t", new_header, tmp_path).get("k") is None
+    # Even a file copied under the new name is refused: its header says what it is for.
+    new = Cache("t", new_header, tmp_path)
+    new.path.write_text(old.path.read_text())
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        assert len(Cache("t", new_header, tmp_path)) == 0
+    assert "written for something else" in caplog.text
+
+
+def _writer(directory, worker, count):
+    c = Cache("t", HEADER, directory)
+    for i in range(count):
+        c.put(f"w{worker}-{i}", float(i))
+        c.flush()
+
+
+def test_concurrent_writers_lose_and_tear_nothing(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 40)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    entries = Cache("t", HEADER, tmp_path).entries
+    assert entries == {f"w{w}-{i}": float(i) for w in range(4) for i in range(40)}
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_an_unwritable_cache_directory_warns_and_keeps_working(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    c = Cache("t", HEADER, blocker / "sub")        # a directory under a file: cannot exist
+    c.put("k", 1.0)
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        c.flush()
+    assert c.get("k") == 1.0 and "cannot write" in caplog.text
+
+
+# -- the roofline --------------------------------------------------------------------------
+
+def _cost(model, fn, *args, frozen=()):
+    return model.cost(graph_of(fn, *args), frozen=frozen).total
+
+
+def test_roofline_orders_work_by_size():
+    model = cost.Analytic()
+    big, small = jnp.ones((1024, 1024)), jnp.ones((64, 64))
+    assert _cost(model, jnp.matmul, big, big) > 100 * _cost(model, jnp.matmul, small, small)
+
+
+def test_roofline_charges_unfused_intermediates_and_nchw_relayout():
+    model = cost.Analytic()
+    x = jnp.ones((256, 256))
+    fused = _cost(model, lambda x: jnp.tanh(x * 2.0) + 1.0, x)
+    unfused = _cost(model, lambda x: jnp.tanh(jnp.sort(x * 2.0)) + 1.0, x)   # opaque sort
+    assert unfused > fused
+    img, k = jnp.ones((1, 64, 28, 28)), jnp.ones((64, 64, 3, 3))
+
+    def conv(layout):
+        def f(x, w):
+            return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                            dimension_numbers=(layout, "OIHW", layout))
+        return f
+    nhwc_img = jnp.ones((1, 28, 28, 64))
+    assert _cost(model, conv("NCHW"), img, k) > _cost(model, conv("NHWC"), nhwc_img, k)
+
+
+# -- frozen weights ------------------------------------------------------------------------
+
+def test_weight_only_kernels_are_precomputed_when_frozen():
+    def merged(x, wq, wk):
+        both = jnp.concatenate([wq, wk], axis=1)       # weight-only: once per weight value
+        return x @ both
+    args = (X, W, W)
+    model = cost.Analytic()
+    g = graph_of(merged, *args)
+    live, frozen = model.cost(g), model.cost(g, frozen=(1, 2))
+    assert frozen.total < live.total
+    assert [k.precomputed for k in frozen.kernels] == [True, False]
+    assert not any(k.precomputed for k in live.kernels)
+    assert {n.op for n in weight_only(g, (1, 2))} >= {"concatenate"}
+    assert not any(n.op == "dot_general" for n in weight_only(g, (1, 2)))
+
+
+# -- measured kernels -------------------------------------------------------------------
+
+def test_measured_kernels_are_timed_once_and_cached(tmp_path):
+    g = graph_of(lambda x, w, b: jax.nn.relu(x @ w + b), X, W, B)
+    first = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    c1 = first.cost(g)
+    assert first.measured == 2 and all(k.seconds > 0 for k in c1.kernels)
+    again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    assert again.cost(g).total == c1.total and again.measured == 0
+
+
+def test_effectful_kernels_are_priced_without_running_them(tmp_path, capfd):
+    def noisy(x):
+        jax.debug.print("side effect {}", x.sum())
+        return x * 2.0
+    g = graph_of(noisy, X)
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, fallback=cost.Analytic())
+    total = model.cost(g).total
+    assert total > 0 and "side effect" not in capfd.readouterr().out
+
+
+def test_unknown_cost_model_is_refused():
+    with pytest.raises(ValueError, match="unknown cost model 'fast'"):
+        cost.make("fast")
