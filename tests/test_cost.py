@@ -13,7 +13,7 @@ from jax import lax
 from hlo_opt import capture, cost, emit
 from hlo_opt.cost import analytic, partition as part
 from hlo_opt.cost.cache import Cache
-from hlo_opt.cost.model import weight_only
+from hlo_opt.frozen import weight_only
 from helpers import assert_close
 
 HEADER = {"device": "test-device", "platform": "cpu", "jax": "0.10.2"}

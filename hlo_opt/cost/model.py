@@ -13,12 +13,11 @@ from collections.abc import Iterable
 
 import jax
 
-from hlo_opt import ops
 from hlo_opt.cost import analytic, measure
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition
-from hlo_opt.ir import Graph, Node
-from hlo_opt.ops.table import OPAQUE
+from hlo_opt.frozen import weight_only
+from hlo_opt.ir import Graph
 
 logger = logging.getLogger("hlo_opt")
 
@@ -44,23 +43,6 @@ class Cost:
 def device_header() -> dict:
     device = jax.devices()[0]
     return {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__}
-
-
-def weight_only(graph: Graph, frozen: Iterable[int]) -> set[Node]:
-    """Nodes computed from frozen inputs and constants alone (no effects, no opaque ops)."""
-    frozen = set(frozen)
-    effectful = set(graph.effects) | {d for n in graph.nodes for d in n.deps}
-    out: set[Node] = set()
-    for node in graph.nodes:
-        if node.op == "input":
-            if node.params["index"] in frozen:
-                out.add(node)
-        elif node.op in ("const", "iota"):
-            out.add(node)
-        elif node.inputs and not node.deps and node not in effectful and \
-                ops.get(node.op).kind != OPAQUE and all(v.node in out for v in node.inputs):
-            out.add(node)
-    return out
 
 
 class CostModel:

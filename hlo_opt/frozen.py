@@ -1,0 +1,86 @@
+"""Frozen arguments: the part of a graph computed once per weight value, and the rest.
+
+With `frozen_argnums`, subgraphs that depend only on frozen inputs and constants
+(concatenated weights, transposed or block-diagonal kernels) need not run on every call.
+`split` cuts a graph there: `weights` maps the frozen inputs to the values the per-call
+part reads, and `runtime` takes the live inputs followed by those values.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from hlo_opt import ops
+from hlo_opt.ir import Graph, Node, Value
+from hlo_opt.ops.table import OPAQUE
+from hlo_opt.params import Params
+
+LITERALS = frozenset({"const", "iota"})    # stay in the per-call program: XLA folds them
+
+
+def weight_only(graph: Graph, frozen: Iterable[int]) -> set[Node]:
+    """Nodes computed from frozen inputs and constants alone (no effects, no opaque ops)."""
+    frozen = set(frozen)
+    effectful = set(graph.effects) | {d for n in graph.nodes for d in n.deps}
+    out: set[Node] = set()
+    for node in graph.nodes:
+        if node.op == "input":
+            if node.params["index"] in frozen:
+                out.add(node)
+        elif node.op in LITERALS:
+            out.add(node)
+        elif node.inputs and not node.deps and node not in effectful and \
+                ops.get(node.op).kind != OPAQUE and all(v.node in out for v in node.inputs):
+            out.add(node)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    weights: Graph             # frozen inputs (in order) -> boundary values
+    runtime: Graph             # live inputs (in order), then boundary values -> outputs
+    frozen: tuple[int, ...]    # original input indices feeding `weights`
+    live: tuple[int, ...]      # original input indices feeding `runtime`
+
+
+def _input(index: int, value: Value) -> Node:
+    return Node("input", (), Params(index=index), (value.type,))
+
+
+def _copy(nodes: Iterable[Node], env: dict[Value, Value], clones: dict[Node, Node]) -> None:
+    """Clone `nodes` (in order) onto the values in `env`, recording the clones."""
+    for node in nodes:
+        clone = Node(node.op, [env[v] for v in node.inputs], node.params, node.types,
+                     [clones[d] for d in node.deps])
+        clones[node] = clone
+        env.update(zip(node.outputs, clone.outputs))
+
+
+def split(graph: Graph, frozen: Iterable[int]) -> Split:
+    frozen = tuple(sorted(set(frozen)))
+    fixed = weight_only(graph, frozen)
+    runs = [n for n in graph.nodes if n.op != "input" and (n not in fixed or n.op in LITERALS)]
+    reads = [v for n in runs for v in n.inputs] + list(graph.outputs)
+    boundary = list(dict.fromkeys(v for v in reads
+                                  if v.node in fixed and v.node.op not in LITERALS))
+
+    w_env: dict[Value, Value] = {}
+    w_inputs = []
+    for node in graph.inputs:
+        if node in fixed:
+            w_inputs.append(_input(len(w_inputs), node.out()))
+            w_env[node.out()] = w_inputs[-1].out()
+    _copy([n for n in graph.nodes if n in fixed and n.op != "input"], w_env, {})
+    weights = Graph(w_inputs, [w_env[v] for v in boundary])
+
+    r_env: dict[Value, Value] = {}
+    r_inputs = []
+    live = [i for i, n in enumerate(graph.inputs) if n not in fixed]
+    for value in [graph.inputs[i].out() for i in live] + boundary:
+        r_inputs.append(_input(len(r_inputs), value))
+        r_env[value] = r_inputs[-1].out()
+    clones: dict[Node, Node] = {}
+    _copy(runs, r_env, clones)
+    runtime = Graph(r_inputs, [r_env[v] for v in graph.outputs],
+                    [clones[n] for n in graph.effects])
+    return Split(weights, runtime, frozen, tuple(live))
