@@ -20,7 +20,9 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -257,6 +259,30 @@ def table(records: list[dict]) -> str:
 def write_json(path: str, records: list[dict], **extra) -> None:
     with open(path, "w") as f:
         json.dump({"environment": environment(), **extra, "results": records}, f, indent=1)
+
+
+def command_line() -> str:
+    """How this script was run, for the record."""
+    return " ".join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+def markers(section: str) -> tuple[str, str]:
+    return f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
+
+
+def rewrite_readme(section: str, text: str, path: str = README) -> None:
+    """Replace what stands between the README's markers of `section` by `text`."""
+    with open(path) as f:
+        readme = f.read()
+    begin, end = markers(section)
+    pattern = re.compile(f"{re.escape(begin)}.*?{re.escape(end)}", re.S)
+    if not pattern.search(readme):
+        raise SystemExit(f"{path} has no {begin} ... {end} section")
+    with open(path, "w") as f:
+        f.write(pattern.sub(lambda _: f"{begin}\n{text}{end}", readme))
 
 
 def flag_config() -> dict:

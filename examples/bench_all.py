@@ -13,8 +13,6 @@ any did.
 from __future__ import annotations
 
 import os
-import re
-import sys
 
 from absl import app, flags, logging
 
@@ -28,12 +26,6 @@ flags.DEFINE_bool("readme", False, "Rewrite the table between the README's bench
 FLAGS = flags.FLAGS
 
 TRAIN_MODELS = ("resnet50", "bert")
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
-MARKERS = ("<!-- bench_all:begin -->", "<!-- bench_all:end -->")
-
-
-def command_line() -> str:
-    return "python examples/bench_all.py " + " ".join(sys.argv[1:])
 
 
 def markdown(records: list[dict], env: dict) -> str:
@@ -41,7 +33,7 @@ def markdown(records: list[dict], env: dict) -> str:
         f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
         f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}"
         + (f", enzyme-ad {env['enzyme_ad']}" if env["enzyme_ad"] else "")
-        + f", {env['date']}, by `{command_line().strip()}`.",
+        + f", {env['date']}, by `{bench.command_line().strip()}`.",
         "Speed-up = median over interleaved rounds of (jax.jit time / contender time); "
         "min–max in brackets.",
         "",
@@ -75,18 +67,6 @@ def chart(records: list[dict], env: dict, path: str) -> None:
     plt.close(fig)
 
 
-def rewrite_readme(text: str, path: str = README) -> None:
-    with open(path) as f:
-        readme = f.read()
-    begin, end = map(re.escape, MARKERS)
-    pattern = re.compile(f"{begin}.*?{end}", re.S)
-    if not pattern.search(readme):
-        raise SystemExit(f"{path} has no {MARKERS[0]} ... {MARKERS[1]} section")
-    readme = pattern.sub(lambda _: f"{MARKERS[0]}\n{text}{MARKERS[1]}", readme)
-    with open(path, "w") as f:
-        f.write(readme)
-
-
 def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
@@ -111,13 +91,13 @@ def main(argv):
 
     env = bench.environment()
     os.makedirs(FLAGS.out, exist_ok=True)
-    bench.write_json(os.path.join(FLAGS.out, "results.json"), records, command=command_line())
+    bench.write_json(os.path.join(FLAGS.out, "results.json"), records, command=bench.command_line())
     text = markdown(records, env)
     with open(os.path.join(FLAGS.out, "results.md"), "w") as f:
         f.write(text)
     chart(records, env, os.path.join(FLAGS.out, "speedup.png"))
     if FLAGS.readme:
-        rewrite_readme(text)
+        bench.rewrite_readme("bench_all", text)
     print(text)
     return 1 if any("error" in r for r in records) else 0
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import bench
-import bench_all
 import models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,18 +70,18 @@ def test_table_shows_each_column_and_omits_a_missing_peer():
 
 def test_readme_section_is_rewritten_between_the_markers(tmp_path):
     readme = tmp_path / "README.md"
-    begin, end = bench_all.MARKERS
+    begin, end = bench.markers("bench_all")
     readme.write_text(f"# x\n{begin}\nold table\n{end}\ntail\n")
-    bench_all.rewrite_readme("new table\n", str(readme))
+    bench.rewrite_readme("bench_all", "new table\n", str(readme))
     assert readme.read_text() == f"# x\n{begin}\nnew table\n{end}\ntail\n"
     (tmp_path / "bare.md").write_text("no markers")
     with pytest.raises(SystemExit, match="no <!-- bench_all:begin -->"):
-        bench_all.rewrite_readme("t", str(tmp_path / "bare.md"))
+        bench.rewrite_readme("bench_all", "t", str(tmp_path / "bare.md"))
 
 
 def test_the_readme_has_the_bench_section():
     text = open(os.path.join(ROOT, "README.md")).read()
-    assert all(m in text for m in bench_all.MARKERS) and "## Benchmarks" in text
+    assert all(m in text for m in bench.markers("bench_all")) and "## Benchmarks" in text
 
 
 def test_bench_all_quick_writes_the_three_files(tmp_path):

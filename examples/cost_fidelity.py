@@ -1,0 +1,280 @@
+"""Does the cost model tell XLA's truth? Predicted vs measured time of equivalent programs.
+
+    python examples/cost_fidelity.py                 # every zoo model, 24 variants each
+    python examples/cost_fidelity.py --readme        # also rewrite the README's table
+    python examples/cost_fidelity.py --small --models=bert,sru --variants=8   # a smoke run
+
+For each model: variants from `variants.py` (layouts, merged dots, split grouped convs),
+each priced by the measured cost model with the weights frozen, and each timed as a
+whole program (weight-only work precomputed, as `frozen_argnums` will do), round-robin
+over the variants so drift hits all alike. Reported: Spearman rank correlation of
+predicted vs measured, and how far the predicted speed-up over the original is from the
+measured one. Then the sign cases of the cost-model issue: each a pair of programs whose
+measured speed-up on a 2-core CPU is known to be a win or a loss; the model must call it.
+Also: how long pricing a model's kernels takes from a cold and from a warm cache.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
+from jax import lax
+
+import bench
+import models
+import variants as V
+from hlo_opt import capture, cost, emit, frozen
+from hlo_opt.cost import measure
+from models import layers
+
+flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
+flags.DEFINE_integer("variants", 24, "Variants per model (the original included).")
+flags.DEFINE_integer("rounds", 5, "Round-robin timing rounds.")
+flags.DEFINE_bool("cases", True, "Also run the sign cases.")
+flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
+flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
+FLAGS = flags.FLAGS
+
+SAMPLE = 0.02     # seconds per timing sample
+
+
+def program(graph, frozen_inputs, args):
+    """(jitted per-call program, its arguments): weight-only work done once, up front."""
+    s = frozen.split(graph, frozen_inputs)
+    weights = jax.jit(emit.to_callable(s.weights))(*[args[i] for i in s.frozen])
+    return jax.jit(emit.to_callable(s.runtime)), [args[i] for i in s.live] + list(weights)
+
+
+def round_robin(programs, rounds: int) -> list[float]:
+    """Median seconds per call of each (fn, args), sampled in turn, `rounds` times."""
+    numbers = []
+    for fn, args in programs:
+        once = measure.time_callable(fn, args, repeats=1, min_sample=0)
+        numbers.append(max(1, int(SAMPLE / max(once, 1e-9))))
+    samples = [[] for _ in programs]
+    for r in range(rounds):
+        order = range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))
+        for i in order:
+            fn, args = programs[i]
+            samples[i].append(measure.time_callable(fn, args, repeats=1, min_sample=0)
+                              if numbers[i] == 1 else _per_call(fn, args, numbers[i]))
+    return [statistics.median(s) for s in samples]
+
+
+def _per_call(fn, args, number):
+    start = time.perf_counter()
+    for _ in range(number):
+        jax.block_until_ready(fn(*args))
+    return (time.perf_counter() - start) / number
+
+
+def spearman(a, b) -> float:
+    ra, rb = (np.argsort(np.argsort(x)).astype(float) for x in (a, b))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _speedup_errors(pred, meas) -> list[float]:
+    return [abs((pred[0] / p) / (meas[0] / m) - 1) for p, m in zip(pred[1:], meas[1:])]
+
+
+def cache_timing(graph, frozen_inputs) -> tuple[float, float, int]:
+    """Seconds to price `graph` from an empty cache, then warm; kernels measured."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = cost.Measured(tmp)
+        start = time.perf_counter()
+        cold.cost(graph, frozen_inputs)
+        cold_s = time.perf_counter() - start
+        start = time.perf_counter()
+        cost.Measured(tmp).cost(graph, frozen_inputs)
+        return cold_s, time.perf_counter() - start, cold.measured
+
+
+def fidelity(name: str, model: cost.CostModel) -> dict:
+    fn, params, inputs = models.build(name, small=FLAGS.small)
+    args = jax.tree.leaves((params, *inputs))
+    frozen_inputs = range(len(jax.tree.leaves(params)))
+    graph = capture.capture(fn, (params, *inputs)).graph
+    cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs)
+    found = V.variants(graph, FLAGS.variants)
+    predicted = [model.cost(g, frozen_inputs).total for _, g in found]
+    measured = round_robin([program(g, frozen_inputs, args) for _, g in found], FLAGS.rounds)
+    errors = _speedup_errors(predicted, measured)
+    return {"model": name, "variants": [{"name": n, "predicted_s": p, "measured_s": m}
+                                        for (n, _), p, m in zip(found, predicted, measured)],
+            "spearman": spearman(predicted, measured),
+            "speedup_error_median": statistics.median(errors) if errors else None,
+            "speedup_error_max": max(errors) if errors else None,
+            "within_15pct": sum(e <= 0.15 for e in errors) / len(errors) if errors else None,
+            "cold_s": cold_s, "warm_s": warm_s, "kernels_measured_cold": kernels}
+
+
+# -- the sign cases -------------------------------------------------------------------------
+
+def _rand(*shape, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
+
+
+def _conv(layout, groups=1):
+    def f(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=groups,
+                                        dimension_numbers=(layout, layers.KERNEL_LAYOUT[layout],
+                                                           layout))
+    return f
+
+
+def _resnet_layouts():
+    fn, params, (x,) = models.build("resnet50", small=FLAGS.small)
+    fn_nhwc, _, _ = models.build("resnet50", layout="NHWC", small=FLAGS.small)
+
+    def nhwc(params, x):
+        p, (img,) = layers.to_layout(params, (x,), "NCHW", "NHWC")
+        return fn_nhwc(p, img)
+    return fn, nhwc, (params, x), len(jax.tree.leaves(params))
+
+
+def _one_by_one():
+    x, w = _rand(1, 256, 56, 56), _rand(64, 256, 1, 1)
+
+    def nhwc(x, w):
+        y = _conv("NHWC")(x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0))
+        return y.transpose(0, 3, 1, 2)
+    return (lambda x, w: _conv("NCHW")(x, w)), nhwc, (x, w), (1,)
+
+
+def _grouped(split: bool):
+    x, w = _rand(1, 128, 56, 56), _rand(128, 4, 3, 3)
+    grouped = _conv("NCHW", groups=32)
+
+    def as_split(x, w):
+        return jnp.concatenate([_conv("NCHW")(x[:, 4 * g:4 * g + 4], w[4 * g:4 * g + 4])
+                                for g in range(32)], axis=1)
+
+    def block_diagonal(x, w):
+        w5 = w.reshape(32, 4, 4, 3, 3)                         # (G, O/G, I/G, kh, kw)
+        dense = jnp.einsum("goikl,gh->gohikl", w5, jnp.eye(32)).reshape(128, 128, 3, 3)
+        y = _conv("NHWC")(x.transpose(0, 2, 3, 1), dense.transpose(2, 3, 1, 0))
+        return y.transpose(0, 3, 1, 2)
+    return grouped, as_split if split else block_diagonal, (x, w), (1,)
+
+
+def _qkv(frozen_weights: bool):
+    x = _rand(64, 1024)
+    ws = tuple(_rand(1024, 1024, seed=i) for i in (1, 2, 3))
+
+    def separate(x, a, b, c):
+        return x @ a, x @ b, x @ c
+
+    def merged(x, a, b, c):
+        y = x @ jnp.concatenate([a, b, c], axis=1)
+        return y[:, :1024], y[:, 1024:2048], y[:, 2048:]
+    # Weights are arguments 1..3; frozen means the concat is computed once.
+    return separate, merged, (x, *ws), (1, 2, 3) if frozen_weights else ()
+
+
+def _enlarge_and_merge():
+    x, w1, w3 = _rand(1, 64, 56, 56), _rand(64, 64, 1, 1), _rand(64, 64, 3, 3, seed=1)
+    conv = _conv("NCHW")
+
+    def separate(x, w1, w3):
+        return conv(x, w1), conv(x, w3)
+
+    def merged(x, w1, w3):
+        wide = jnp.concatenate([jnp.pad(w1, ((0, 0), (0, 0), (1, 1), (1, 1))), w3], axis=0)
+        y = conv(x, wide)
+        return y[:, :64], y[:, 64:]
+    return separate, merged, (x, w1, w3), (1, 2)
+
+
+def sign_cases(model: cost.CostModel) -> list[dict]:
+    cases = [
+        ("ResNet-50 NCHW -> NHWC", "2.25-2.45x", *_resnet_layouts()),
+        ("1x1 conv NCHW -> NHWC", "3.6x", *_one_by_one()),
+        ("ResNeXt 32-group conv -> 32 convs", "2.68x", *_grouped(split=True)),
+        ("ResNeXt 32-group conv -> block-diagonal NHWC", "3.0x", *_grouped(split=False)),
+        ("merge 3 matmuls, weights frozen", "1.09x", *_qkv(True)),
+        ("merge 3 matmuls, concat per call", "0.73x", *_qkv(False)),
+        ("enlarge 1x1 to 3x3 and merge", "0.85x", *_enlarge_and_merge()),
+    ]
+    fn, params, inputs = models.build("nasrnn", small=FLAGS.small)
+    nas = capture.capture(fn, (params, *inputs)).graph
+    merged = nas
+    while V.dot_groups(merged):
+        merged = V.merge_dots(merged, V.dot_groups(merged)[0])
+    records = []
+    for label, paper, base, variant, args, spec in cases:
+        leaves = jax.tree.leaves(args)
+        graphs = [capture.capture(f, tuple(args)).graph for f in (base, variant)]
+        frozen_inputs = range(spec) if isinstance(spec, int) else spec   # count or indices
+        records.append(_case(label, paper, graphs, frozen_inputs, leaves, model))
+    leaves = jax.tree.leaves((params, *inputs))
+    records.append(_case("NasRNN: merge the 8 matmul pairs", "0.87-0.96x", [nas, merged],
+                         range(len(jax.tree.leaves(params))), leaves, model))
+    return records
+
+
+def _case(label, paper, graphs, frozen_inputs, leaves, model) -> dict:
+    predicted = [model.cost(g, frozen_inputs).total for g in graphs]
+    measured = round_robin([program(g, frozen_inputs, leaves) for g in graphs],
+                           max(FLAGS.rounds, 7))
+    pred, meas = predicted[0] / predicted[1], measured[0] / measured[1]
+    return {"case": label, "reported": paper, "predicted_speedup": pred,
+            "measured_speedup": meas, "sign_right": (pred > 1) == (meas > 1)}
+
+
+# -- report ---------------------------------------------------------------------------------
+
+def markdown(records, cases, env) -> str:
+    lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
+             f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
+             f"{env['date']}, by `{bench.command_line()}`.", "",
+             "| model | variants | Spearman | speed-up error median / max | within 15% "
+             "| price kernels cold / warm (s) |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in records:
+        lines.append(f"| {r['model']} | {len(r['variants'])} | {r['spearman']:.2f} | "
+                     f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "
+                     f"{r['within_15pct']:.0%} | {r['cold_s']:.1f} / {r['warm_s']:.2f} |")
+    if cases:
+        lines += ["", "| sign case | reported | predicted | measured | sign right |",
+                  "| --- | --- | --- | --- | --- |"]
+        for c in cases:
+            lines.append(f"| {c['case']} | {c['reported']} | {c['predicted_speedup']:.2f}x | "
+                         f"{c['measured_speedup']:.2f}x | {'yes' if c['sign_right'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.quiet_logs()
+    model = cost.Measured()
+    records = []
+    for name in FLAGS.models:
+        logging.warning("cost fidelity: %s", name)
+        records.append(fidelity(name, model))
+        r = records[-1]
+        print(f"{name}: {len(r['variants'])} variants, Spearman {r['spearman']:.2f}, "
+              f"speed-up error median {r['speedup_error_median']:.0%}", flush=True)
+    cases = sign_cases(model) if FLAGS.cases else []
+    env = bench.environment()
+    os.makedirs(FLAGS.out, exist_ok=True)
+    with open(os.path.join(FLAGS.out, "cost_fidelity.json"), "w") as f:
+        json.dump({"environment": env, "models": records, "sign_cases": cases}, f, indent=1)
+    text = markdown(records, cases, env)
+    with open(os.path.join(FLAGS.out, "cost_fidelity.md"), "w") as f:
+        f.write(text)
+    if FLAGS.readme:
+        bench.rewrite_readme("cost_fidelity", text)
+    print(text)
+
+
+if __name__ == "__main__":
+    app.run(main)

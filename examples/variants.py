@@ -1,0 +1,164 @@
+"""Hand-made equivalent variants of a captured graph, for the cost-fidelity benchmark.
+
+Three families, the moves the search will make (issue: rules) done here by hand:
+- layout: an NCHW conv becomes transpose -> NHWC/HWIO conv -> transpose (the kernel's
+  transpose is weight-only, so free once weights are frozen);
+- merge: dots that share their left operand become one dot on concatenated weights,
+  then slices (TASO's merged matmul; QKV in BERT, the gates of SRU and NasRNN);
+- split: a grouped conv becomes k convs on channel slices, concatenated.
+Each transform returns a new Graph computing the same function.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from jax.lax import ConvDimensionNumbers
+
+from hlo_opt import ops
+from hlo_opt.ir import Graph, Node, Value
+from hlo_opt.params import Params
+
+NCHW = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
+NHWC = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+
+def make(op: str, inputs: Sequence[Value], **params) -> Node:
+    params = Params(params)
+    return Node(op, inputs, params, ops.get(op).infer([v.type for v in inputs], params))
+
+
+def substitute(graph: Graph, subst: dict[Value, Value]) -> Graph:
+    """`graph` with each value in `subst` replaced, consumers rebuilt as needed."""
+    env = dict(subst)
+    clones: dict[Node, Node] = {}
+    for node in graph.nodes:
+        inputs = [env.get(v, v) for v in node.inputs]
+        deps = [clones.get(d, d) for d in node.deps]
+        if inputs != list(node.inputs) or deps != list(node.deps):
+            clone = Node(node.op, inputs, node.params, node.types, deps)
+            clones[node] = clone
+            env.update((v, c) for v, c in zip(node.outputs, clone.outputs) if v not in env)
+    return Graph(graph.inputs, [env.get(v, v) for v in graph.outputs],
+                 [clones.get(n, n) for n in graph.effects])
+
+
+def _slice(value: Value, axis: int, start: int, stop: int) -> Value:
+    shape = value.type.shape
+    begin = tuple(start if i == axis else 0 for i in range(len(shape)))
+    end = tuple(stop if i == axis else n for i, n in enumerate(shape))
+    return make("slice", [value], start_indices=begin, limit_indices=end, strides=None).out()
+
+
+# -- layout --------------------------------------------------------------------------------
+
+def nchw_convs(graph: Graph) -> list[Node]:
+    return [n for n in graph.nodes if n.op == "conv_general_dilated"
+            and n.params["dimension_numbers"] == NCHW]
+
+
+def to_nhwc(graph: Graph, convs: Sequence[Node]) -> Graph:
+    subst = {}
+    for conv in convs:
+        x = make("transpose", [conv.inputs[0]], permutation=(0, 2, 3, 1)).out()
+        w = make("transpose", [conv.inputs[1]], permutation=(2, 3, 1, 0)).out()
+        y = make("conv_general_dilated", [x, w],
+                 **dict(conv.params.items(), dimension_numbers=NHWC)).out()
+        subst[conv.out()] = make("transpose", [y], permutation=(0, 3, 1, 2)).out()
+    return substitute(graph, subst)
+
+
+# -- merge ---------------------------------------------------------------------------------
+
+def dot_groups(graph: Graph) -> list[list[Node]]:
+    """Dots x @ W_i (W 2-D, no batch dims) sharing x and their params, in groups of >= 2."""
+    groups: dict[tuple, list[Node]] = {}
+    for n in graph.nodes:
+        if n.op != "dot_general" or len(n.inputs[1].type.shape) != 2:
+            continue
+        (lc, rc), (lb, rb) = n.params["dimension_numbers"]
+        if rc == (0,) and not lb and not rb:
+            groups.setdefault((n.inputs[0], n.params.key), []).append(n)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def merge_dots(graph: Graph, dots: Sequence[Node]) -> Graph:
+    w = make("concatenate", [d.inputs[1] for d in dots], dimension=1).out()
+    y = make("dot_general", [dots[0].inputs[0], w], **dict(dots[0].params.items())).out()
+    subst, offset, last = {}, 0, len(y.type.shape) - 1
+    for d in dots:
+        width = d.inputs[1].type.shape[1]
+        subst[d.out()] = _slice(y, last, offset, offset + width)
+        offset += width
+    return substitute(graph, subst)
+
+
+# -- split ---------------------------------------------------------------------------------
+
+def grouped_convs(graph: Graph) -> list[Node]:
+    return [n for n in nchw_convs(graph) if n.params["feature_group_count"] > 1]
+
+
+def split_conv(graph: Graph, conv: Node, k: int) -> Graph:
+    groups = conv.params["feature_group_count"]
+    x, w = conv.inputs
+    cin, cout = x.type.shape[1], w.type.shape[0]
+    parts = []
+    for j in range(k):
+        xs = _slice(x, 1, j * cin // k, (j + 1) * cin // k)
+        ws = _slice(w, 0, j * cout // k, (j + 1) * cout // k)
+        parts.append(make("conv_general_dilated", [xs, ws],
+                          **dict(conv.params.items(), feature_group_count=groups // k)).out())
+    return substitute(graph, {conv.out(): make("concatenate", parts, dimension=1).out()})
+
+
+# -- a family of variants -----------------------------------------------------------------
+
+def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Graph]]:
+    """Up to `count` distinct variants of `graph` (the original first), drawn from the
+    families that apply to it."""
+    rng = random.Random(seed)
+    out: dict[str, tuple[str, Graph]] = {graph.digest: ("original", graph)}
+
+    def add(name: str, g: Graph) -> None:
+        if g.digest not in out:
+            out[g.digest] = (f"{name} #{len(out)}", g)
+
+    for k in (2, 4, 8, 32):
+        g = graph
+        while True:      # split each originally grouped conv once (new ones have fewer groups)
+            todo = [c for c in grouped_convs(g) if c.params["feature_group_count"] in
+                    {n.params["feature_group_count"] for n in grouped_convs(graph)}
+                    and c.params["feature_group_count"] % k == 0]
+            if not todo:
+                break
+            g = split_conv(g, todo[0], k)
+        if g is not graph:
+            add(f"split-groups-{k}", g)
+    splits = [(name, g) for name, g in out.values()]
+    convs = nchw_convs(graph)
+    groups = dot_groups(graph)
+    attempts = 0
+    while len(out) < count and attempts < 20 * count:
+        attempts += 1
+        name, g = rng.choice(splits)
+        if convs:
+            frac = rng.choice((0.1, 0.25, 0.5, 0.75, 0.9, 1.0))
+            chosen = nchw_convs(g)
+            picked = chosen if frac == 1.0 else rng.sample(chosen, max(1, int(frac * len(chosen))))
+            add(f"{name}+nhwc-{frac:.0%}", to_nhwc(g, picked))
+        if groups:
+            merged, sizes = g, []
+            for _ in range(max(1, round(rng.choice((0.25, 0.5, 0.75, 1.0)) * len(groups)))):
+                current = dot_groups(merged)
+                if not current:
+                    break
+                group = rng.choice(current)
+                size = rng.choice([n for n in (2, 3, 4, 8) if n <= len(group)] + [len(group)])
+                merged = merge_dots(merged, sorted(rng.sample(group, size), key=group.index))
+                sizes.append(size)
+            add(f"merge-{len(sizes)}-groups-of-{max(sizes)}", merged)
+        if not convs and not groups:
+            break
+    return list(out.values())[:count]
+
