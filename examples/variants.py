@@ -21,6 +21,7 @@ from hlo_opt.params import Params
 
 NCHW = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
 NHWC = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+MAX_SPLIT = 20
 
 
 def make(op: str, inputs: Sequence[Value], **params) -> Node:
@@ -124,7 +125,9 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
         if g.digest not in out:
             out[g.digest] = (f"{name} #{len(out)}", g)
 
-    for k in (2, 4, 8, 32):
+    # Splitting every one of many grouped convs (NASNet's ~100 depthwise convs) would
+    # make graphs of thousands of convs; the family is for ResNeXt-like models.
+    for k in (2, 4, 8, 32) if len(grouped_convs(graph)) <= MAX_SPLIT else ():
         g = graph
         while True:      # split each originally grouped conv once (new ones have fewer groups)
             todo = [c for c in grouped_convs(g) if c.params["feature_group_count"] in
