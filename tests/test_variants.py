@@ -1,0 +1,85 @@
+"""The hand-made variants of the cost-fidelity benchmark compute the original function."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import models
+import variants as V
+from hlo_opt import capture, emit
+from hlo_opt.cost import measure
+from helpers import assert_close
+
+R = np.random.default_rng(0)
+
+
+def _rand(*shape):
+    return jnp.asarray(R.standard_normal(shape), jnp.float32)
+
+
+def _same_function(g1, g2, args, rtol=1e-5):
+    assert g1.digest != g2.digest
+    assert_close(emit.run(g2, args), emit.run(g1, args), rtol)
+
+
+def test_to_nhwc_keeps_the_function_and_changes_the_layout():
+    def f(x, w):
+        return jax.nn.relu(lax.conv_general_dilated(x, w, (2, 2), "SAME",
+                                                    dimension_numbers=("NCHW", "OIHW", "NCHW")))
+    args = (_rand(2, 3, 9, 9), _rand(5, 3, 3, 3))
+    g = capture.capture(f, args).graph
+    v = V.to_nhwc(g, V.nchw_convs(g))
+    assert not V.nchw_convs(v) and sum(n.op == "transpose" for n in v.nodes) == 3
+    _same_function(g, v, args)
+
+
+def test_merge_dots_on_shared_operand():
+    def f(x, a, b, c):
+        return jnp.tanh(x @ a) + x @ b, x @ c
+    args = (_rand(4, 8), _rand(8, 3), _rand(8, 3), _rand(8, 5))
+    g = capture.capture(f, args).graph
+    (group,) = V.dot_groups(g)
+    assert len(group) == 3
+    merged = V.merge_dots(g, group)
+    assert sum(n.op == "dot_general" for n in merged.nodes) == 1
+    _same_function(g, merged, args)
+    partial = V.merge_dots(g, group[:2])
+    assert sum(n.op == "dot_general" for n in partial.nodes) == 2
+    _same_function(g, partial, args)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_split_grouped_conv(k):
+    def f(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=4,
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    args = (_rand(1, 8, 6, 6), _rand(12, 2, 3, 3))
+    g = capture.capture(f, args).graph
+    v = V.split_conv(g, V.grouped_convs(g)[0], k)
+    convs = [n for n in v.nodes if n.op == "conv_general_dilated"]
+    assert len(convs) == k and all(c.params["feature_group_count"] == 4 // k for c in convs)
+    _same_function(g, v, args)
+
+
+@pytest.mark.parametrize("name", ["resnext50", "nasrnn", "sru"])
+def test_zoo_variants_are_distinct_and_equivalent(name):
+    fn, params, inputs = models.build(name, small=True)
+    args = jax.tree.leaves((params, *inputs))
+    g = capture.capture(fn, (params, *inputs)).graph
+    found = V.variants(g, count=6)
+    assert len(found) == 6 and found[0] == ("original", g)
+    assert len({v.digest for _, v in found}) == 6
+    want = emit.run(g, args)
+    for label, v in found[1:]:
+        assert_close(jax.jit(emit.to_callable(v))(*args), want, 1e-5, label)
+
+
+def test_replicated_program_runs_independent_copies():
+    g = capture.capture(lambda x, y: (x * y).sum(), (_rand(3), _rand(3))).graph
+    r = measure.replicate(g, 3)
+    assert len(r.inputs) == 6 and len(r.outputs) == 3
+    args = [_rand(3) for _ in range(6)]
+    got = emit.run(r, args)
+    for i in range(3):
+        assert_close([got[i]], emit.run(g, args[2 * i:2 * i + 2]), 1e-6)
