@@ -35,6 +35,7 @@ from absl import logging as absl_logging
 
 import hlo_opt
 import models
+from hlo_opt.cost.measure import per_call
 
 flags.DEFINE_integer("batch", 1, "Batch size.")
 flags.DEFINE_enum("layout", "NCHW", ["NCHW", "NHWC"], "Layout of the CNNs (others ignore it).")
@@ -118,25 +119,18 @@ def _first_call(f, args) -> tuple[object, float]:
     return out, time.perf_counter() - start
 
 
-def _sample(f, args, number: int) -> float:
-    start = time.perf_counter()
-    for _ in range(number):
-        _call(f, args)
-    return (time.perf_counter() - start) / number
-
-
 def interleaved(contenders: dict[str, Callable], args, repeats: int) -> dict:
     """Time the contenders in alternating order (A B, B A, ...); see the module doc.
     The first contender is the baseline the ratios are taken against."""
     names = list(contenders)
     for f in contenders.values():           # warm-up
         _call(f, args)
-    slowest = max(_sample(f, args, 1) for f in contenders.values())
+    slowest = max(per_call(f, args, 1) for f in contenders.values())
     number = max(1, math.ceil(SAMPLE_SECONDS / max(slowest, 1e-9)))
     samples = {name: [] for name in names}
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
-            samples[name].append(_sample(contenders[name], args, number))
+            samples[name].append(per_call(contenders[name], args, number))
     base = samples[names[0]]
     result = {"number": number, "repeats": repeats, "ms": {}, "speedup": {}}
     for name in names:

@@ -15,6 +15,7 @@ Also: how long pricing a model's kernels takes from a cold and from a warm cache
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -31,7 +32,6 @@ import bench
 import models
 import variants as V
 from hlo_opt import capture, cost, emit, frozen
-from hlo_opt.cost import measure
 from models import layers
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -42,9 +42,6 @@ flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
 FLAGS = flags.FLAGS
 
-SAMPLE = 0.02     # seconds per timing sample
-
-
 def program(graph, frozen_inputs, args):
     """(jitted per-call program, its arguments): weight-only work done once, up front."""
     s = frozen.split(graph, frozen_inputs)
@@ -53,26 +50,10 @@ def program(graph, frozen_inputs, args):
 
 
 def round_robin(programs, rounds: int) -> list[float]:
-    """Median seconds per call of each (fn, args), sampled in turn, `rounds` times."""
-    numbers = []
-    for fn, args in programs:
-        once = measure.time_callable(fn, args, repeats=1, min_sample=0)
-        numbers.append(max(1, int(SAMPLE / max(once, 1e-9))))
-    samples = [[] for _ in programs]
-    for r in range(rounds):
-        order = range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))
-        for i in order:
-            fn, args = programs[i]
-            samples[i].append(measure.time_callable(fn, args, repeats=1, min_sample=0)
-                              if numbers[i] == 1 else _per_call(fn, args, numbers[i]))
-    return [statistics.median(s) for s in samples]
-
-
-def _per_call(fn, args, number):
-    start = time.perf_counter()
-    for _ in range(number):
-        jax.block_until_ready(fn(*args))
-    return (time.perf_counter() - start) / number
+    """Median seconds per call of each (fn, args), timed interleaved as the benchmarks do."""
+    timing = bench.interleaved({i: functools.partial(fn, *args)
+                                for i, (fn, args) in enumerate(programs)}, (), rounds)
+    return [timing["ms"][i] / 1e3 for i in range(len(programs))]
 
 
 def spearman(a, b) -> float:

@@ -45,7 +45,8 @@ def random_args(types: Sequence[TensorType], seed: int = 0) -> list[jax.Array]:
     return out
 
 
-def _per_call(fn: Callable, args, number: int) -> float:
+def per_call(fn: Callable, args, number: int) -> float:
+    """Mean seconds of `number` calls of `fn(*args)`, each blocked until ready."""
     start = time.perf_counter()
     for _ in range(number):
         jax.block_until_ready(fn(*args))
@@ -55,9 +56,9 @@ def _per_call(fn: Callable, args, number: int) -> float:
 def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2e-3) -> float:
     """Median seconds per call of `fn(*args)` (already compiled or not)."""
     jax.block_until_ready(fn(*args))                 # compile
-    once = min(_per_call(fn, args, 1) for _ in range(3))      # and warm up
+    once = min(per_call(fn, args, 1) for _ in range(3))      # and warm up
     number = max(1, int(min_sample / max(once, 1e-9)))
-    return statistics.median(_per_call(fn, args, number) for _ in range(repeats))
+    return statistics.median(per_call(fn, args, number) for _ in range(repeats))
 
 
 @functools.cache
