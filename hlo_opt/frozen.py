@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from hlo_opt import ops
-from hlo_opt.ir import Graph, Node, Value
+from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.ops.table import OPAQUE
 from hlo_opt.params import Params
 
@@ -47,15 +47,6 @@ def _input(index: int, value: Value) -> Node:
     return Node("input", (), Params(index=index), (value.type,))
 
 
-def _copy(nodes: Iterable[Node], env: dict[Value, Value], clones: dict[Node, Node]) -> None:
-    """Clone `nodes` (in order) onto the values in `env`, recording the clones."""
-    for node in nodes:
-        clone = Node(node.op, [env[v] for v in node.inputs], node.params, node.types,
-                     [clones[d] for d in node.deps])
-        clones[node] = clone
-        env.update(zip(node.outputs, clone.outputs))
-
-
 def split(graph: Graph, frozen: Iterable[int]) -> Split:
     frozen = tuple(sorted(set(frozen)))
     fixed = weight_only(graph, frozen)
@@ -70,7 +61,7 @@ def split(graph: Graph, frozen: Iterable[int]) -> Split:
         if node in fixed:
             w_inputs.append(_input(len(w_inputs), node.out()))
             w_env[node.out()] = w_inputs[-1].out()
-    _copy([n for n in graph.nodes if n in fixed and n.op != "input"], w_env, {})
+    copy_nodes([n for n in graph.nodes if n in fixed and n.op != "input"], w_env)
     weights = Graph(w_inputs, [w_env[v] for v in boundary])
 
     r_env: dict[Value, Value] = {}
@@ -79,8 +70,7 @@ def split(graph: Graph, frozen: Iterable[int]) -> Split:
     for value in [graph.inputs[i].out() for i in live] + boundary:
         r_inputs.append(_input(len(r_inputs), value))
         r_env[value] = r_inputs[-1].out()
-    clones: dict[Node, Node] = {}
-    _copy(runs, r_env, clones)
+    clones = copy_nodes(runs, r_env)
     runtime = Graph(r_inputs, [r_env[v] for v in graph.outputs],
                     [clones[n] for n in graph.effects])
     return Split(weights, runtime, frozen, tuple(live))

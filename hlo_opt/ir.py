@@ -137,6 +137,21 @@ def _postorder(roots: Iterable[Node]) -> list[Node]:
     return order
 
 
+def copy_nodes(nodes: Iterable[Node], env: dict[Value, Value], *,
+               outside_deps: bool = True) -> dict[Node, Node]:
+    """Clone `nodes` (in order) onto the values in `env`, which is extended with their
+    outputs; effect dependencies follow the clones. A dependency on a node not among
+    `nodes` is an error, or dropped with `outside_deps=False` (a piece cut out to run
+    alone). Returns node -> clone."""
+    clones: dict[Node, Node] = {}
+    for node in nodes:
+        deps = [clones[d] for d in node.deps if outside_deps or d in clones]
+        clone = Node(node.op, [env[v] for v in node.inputs], node.params, node.types, deps)
+        clones[node] = clone
+        env.update(zip(node.outputs, clone.outputs))
+    return clones
+
+
 class Graph:
     """An immutable dataflow graph with ordered inputs, outputs and effects."""
 

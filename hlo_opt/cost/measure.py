@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hlo_opt import emit
-from hlo_opt.ir import Graph, Node, TensorType
+from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
 EPSILON = 1e-7
@@ -89,13 +89,10 @@ def replicate(graph: Graph, copies: int) -> Graph:
     inputs, outputs = [], []
     for _ in range(copies):
         env = {}
-        for node in graph.nodes:
-            if node.op == "input":
-                clone = Node("input", (), Params(index=len(inputs)), node.types)
-                inputs.append(clone)
-            else:
-                clone = Node(node.op, [env[v] for v in node.inputs], node.params, node.types)
-            env.update(zip(node.outputs, clone.outputs))
+        for node in graph.inputs:
+            inputs.append(Node("input", (), Params(index=len(inputs)), node.types))
+            env[node.out()] = inputs[-1].out()
+        copy_nodes([n for n in graph.nodes if n.op != "input"], env)
         outputs += [env[v] for v in graph.outputs]
     return Graph(inputs, outputs)
 

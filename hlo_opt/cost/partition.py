@@ -28,7 +28,7 @@ import graphlib
 from collections.abc import Iterable
 
 from hlo_opt import ops
-from hlo_opt.ir import Graph, Node, Value
+from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.params import Params
 from hlo_opt.ops.table import CONTRACT, ELEMENTWISE, INDEX, LAYOUT, OPAQUE, REDUCE, SOURCE, WINDOW
 
@@ -164,7 +164,5 @@ def isolate(kernel: Kernel) -> Graph:
             node = Node("input", (), Params(index=len(inputs)), (v.type,))
             inputs.append(node)
             env[v] = node.out()
-    for node in kernel.nodes:
-        clone = Node(node.op, [env[v] for v in node.inputs], node.params, node.types)
-        env.update(zip(node.outputs, clone.outputs))
+    copy_nodes(kernel.nodes, env, outside_deps=False)
     return Graph(inputs, [env[v] for v in kernel.outputs])
