@@ -5,6 +5,7 @@ Three families, the moves the search will make (issue: rules) done here by hand:
   transpose is weight-only, so free once weights are frozen);
 - merge: dots that share their left operand become one dot on concatenated weights,
   then slices (TASO's merged matmul; QKV in BERT, the gates of SRU and NasRNN);
+- pair: `x @ a + h @ b` becomes `concat(x, h) @ concat(a; b)` (NasRNN's gate pairs);
 - split: a grouped conv becomes k convs on channel slices, concatenated.
 Each transform returns a new Graph computing the same function.
 """
@@ -94,6 +95,37 @@ def merge_dots(graph: Graph, dots: Sequence[Node]) -> Graph:
     return substitute(graph, subst)
 
 
+def _plain_dot(value: Value) -> bool:
+    """`value` is `x @ W`: a dot of 2-D operands contracting x's last axis with W's first."""
+    n = value.node
+    return (n.op == "dot_general" and len(n.inputs[0].type.shape) == 2
+            and len(n.inputs[1].type.shape) == 2
+            and n.params["dimension_numbers"] == (((1,), (0,)), ((), ())))
+
+
+def dot_pairs(graph: Graph) -> list[Node]:
+    """The adds `x @ a + h @ b` whose two dots (same params, read by nothing else) can
+    become one dot on concatenated operands."""
+    readers: dict[Value, int] = {}
+    for n in graph.nodes:
+        for v in n.inputs:
+            readers[v] = readers.get(v, 0) + 1
+    for v in graph.outputs:
+        readers[v] = readers.get(v, 0) + 1
+    return [n for n in graph.nodes if n.op == "add" and len(n.inputs) == 2
+            and all(_plain_dot(v) and readers[v] == 1 for v in n.inputs)
+            and n.inputs[0].node.params.key == n.inputs[1].node.params.key
+            and n.inputs[0].type == n.inputs[1].type == n.out().type]
+
+
+def merge_pair(graph: Graph, add: Node) -> Graph:
+    (x, a), (h, b) = (v.node.inputs for v in add.inputs)
+    xh = make("concatenate", [x, h], dimension=1).out()
+    ab = make("concatenate", [a, b], dimension=0).out()
+    params = dict(add.inputs[0].node.params.items())
+    return substitute(graph, {add.out(): make("dot_general", [xh, ab], **params).out()})
+
+
 # -- split ---------------------------------------------------------------------------------
 
 def grouped_convs(graph: Graph) -> list[Node]:
@@ -141,6 +173,7 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
     splits = [(name, g) for name, g in out.values()]
     convs = nchw_convs(graph)
     groups = dot_groups(graph)
+    pairs = dot_pairs(graph)
     attempts = 0
     while len(out) < count and attempts < 20 * count:
         attempts += 1
@@ -161,7 +194,12 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
                 merged = merge_dots(merged, sorted(rng.sample(group, size), key=group.index))
                 sizes.append(size)
             add(f"merge-{len(sizes)}-groups-of-{max(sizes)}", merged)
-        if not convs and not groups:
+        if pairs:
+            g = graph
+            for _ in range(max(1, round(rng.choice((0.25, 0.5, 1.0)) * len(pairs)))):
+                g = merge_pair(g, rng.choice(dot_pairs(g)))
+            add(f"pair-{len(pairs) - len(dot_pairs(g))}", g)
+        if not convs and not groups and not pairs:
             break
     return list(out.values())[:count]
 

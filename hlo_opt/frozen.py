@@ -52,8 +52,14 @@ def split(graph: Graph, frozen: Iterable[int]) -> Split:
     fixed = weight_only(graph, frozen)
     runs = [n for n in graph.nodes if n.op != "input" and (n not in fixed or n.op in LITERALS)]
     reads = [v for n in runs for v in n.inputs] + list(graph.outputs)
-    boundary = list(dict.fromkeys(v for v in reads
-                                  if v.node in fixed and v.node.op not in LITERALS))
+    # Structurally equal weight values (the same concatenated weights, built once per
+    # step of an unrolled RNN) are computed once and read as one input.
+    key = {v: (v.node.digest, v.index) for v in reads
+           if v.node in fixed and v.node.op not in LITERALS}
+    first = {}
+    for v, k in key.items():
+        first.setdefault(k, v)
+    boundary = list(first.values())
 
     w_env: dict[Value, Value] = {}
     w_inputs = []
@@ -70,6 +76,7 @@ def split(graph: Graph, frozen: Iterable[int]) -> Split:
     for value in [graph.inputs[i].out() for i in live] + boundary:
         r_inputs.append(_input(len(r_inputs), value))
         r_env[value] = r_inputs[-1].out()
+    r_env.update((v, r_env[first[k]]) for v, k in key.items())
     clones = copy_nodes(runs, r_env)
     runtime = Graph(r_inputs, [r_env[v] for v in graph.outputs],
                     [clones[n] for n in graph.effects])

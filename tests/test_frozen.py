@@ -48,3 +48,15 @@ def test_constants_stay_in_the_per_call_program_and_effects_keep_their_place(cap
     assert any(n.op == "const" for n in s.runtime.nodes) and len(s.runtime.effects) == 1
     assert_same(run_split(s, (X, WQ)), emit.run(g, (X, WQ)))
     assert capfd.readouterr().out.count("w sum") == 2
+
+
+def test_equal_weight_values_are_computed_once_and_read_as_one_input():
+    def unrolled(x, a, b):          # the same concatenated weights built at each step
+        for _ in range(3):
+            x = jnp.tanh(x @ jnp.concatenate([a, b], axis=1))[:, :8]
+        return x
+    g = capture.capture(unrolled, (X, WQ, WK)).graph
+    assert sum(n.op == "concatenate" for n in g.nodes) == 3
+    s = frozen.split(g, (1, 2))
+    assert len(s.weights.outputs) == 1 and len(s.runtime.inputs) == 2
+    assert_same(run_split(s, (X, WQ, WK)), emit.run(g, (X, WQ, WK)))

@@ -49,6 +49,20 @@ def test_merge_dots_on_shared_operand():
     _same_function(g, partial, args)
 
 
+def test_merge_pair_concatenates_both_operands():
+    def f(x, h, a, b, c):
+        shared = h @ c                       # read twice: not a pair to merge
+        return jnp.tanh(x @ a + h @ b), shared + x @ a, shared * 2
+    args = (_rand(2, 8), _rand(2, 4), _rand(8, 5), _rand(4, 5), _rand(4, 5))
+    g = capture.capture(f, args).graph
+    (add,) = V.dot_pairs(g)
+    merged = V.merge_pair(g, add)
+    assert not V.dot_pairs(merged)
+    assert sum(n.op == "dot_general" for n in merged.nodes) == 3
+    assert sorted(n.params["dimension"] for n in merged.nodes if n.op == "concatenate") == [0, 1]
+    _same_function(g, merged, args)
+
+
 @pytest.mark.parametrize("k", [2, 4])
 def test_split_grouped_conv(k):
     def f(x, w):
@@ -73,6 +87,13 @@ def test_zoo_variants_are_distinct_and_equivalent(name):
     want = emit.run(g, args)
     for label, v in found[1:]:
         assert_close(jax.jit(emit.to_callable(v))(*args), want, 1e-5, label)
+
+
+def test_only_short_programs_that_fit_the_cache_budget_are_replicated():
+    small = capture.capture(lambda x: x * 2, (_rand(16),)).graph
+    big = capture.capture(lambda x: x * 2, (jnp.zeros((1024, 1024)),)).graph   # 8 MiB in+out
+    assert measure.replicas(small) == measure.COPIES
+    assert measure.replicas(big) == 1
 
 
 def test_replicated_program_runs_independent_copies():

@@ -2,14 +2,15 @@
 
 A program (a kernel isolated by `partition.isolate`, or a whole graph) is emitted,
 jitted once and run on random inputs of its shapes and dtypes: a warm-up call, then the
-median of several samples, each long enough to read (`min_sample` seconds, many calls
-if the program is short), every call blocked until ready. The cost of an empty call —
+least of several samples, each long enough to read (`min_sample` seconds, many calls
+if the program is short), every call blocked until ready. The least, not the median:
+interference only ever slows a sample down, and on the 2-core machine single samples
+of a steady 0.7 ms dot read up to 1.1 ms. The cost of an empty call —
 jax's dispatch, measured once per process — is subtracted, with a floor of `EPSILON`.
 """
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,6 +25,7 @@ from hlo_opt.params import Params
 EPSILON = 1e-7
 SHORT = 1e-3       # programs faster than this are timed as COPIES instances in one call
 COPIES = 8
+REPLICA_BYTES = 4 << 20    # ... but no more copies than fit this many bytes together
 
 
 def random_args(types: Sequence[TensorType], seed: int = 0) -> list[jax.Array]:
@@ -54,11 +56,11 @@ def per_call(fn: Callable, args, number: int) -> float:
 
 
 def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2e-3) -> float:
-    """Median seconds per call of `fn(*args)` (already compiled or not)."""
+    """Least seconds per call of `fn(*args)` over `repeats` samples (compiled or not)."""
     jax.block_until_ready(fn(*args))                 # compile
     once = min(per_call(fn, args, 1) for _ in range(3))      # and warm up
     number = max(1, int(min_sample / max(once, 1e-9)))
-    return statistics.median(per_call(fn, args, number) for _ in range(repeats))
+    return min(per_call(fn, args, number) for _ in range(repeats))
 
 
 @functools.cache
@@ -97,6 +99,13 @@ def replicate(graph: Graph, copies: int) -> Graph:
     return Graph(inputs, outputs)
 
 
+def replicas(graph: Graph) -> int:
+    """How many copies of a short `graph` to time together (1: time it alone)."""
+    nbytes = sum(n.types[0].nbytes for n in graph.inputs) + sum(v.type.nbytes
+                                                                 for v in graph.outputs)
+    return max(1, min(COPIES, REPLICA_BYTES // max(nbytes, 1)))
+
+
 def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int) -> float:
     fn = jax.jit(emit.to_callable(graph))
     args = random_args([n.types[0] for n in graph.inputs], seed)
@@ -111,12 +120,18 @@ def time_graph(graph: Graph, *, repeats: int = 5, min_sample: float = 2e-3,
     kernel's: for short programs, `COPIES` independent instances are timed in one call
     and the fixed cost is shared out, as it is in a whole program. (XLA CPU also runs
     independent short kernels side by side, which this captures in part: a 4-channel
-    3x3 conv read 0.24 ms alone and 0.15 ms a copy among 8 on the 2-core machine.)"""
+    3x3 conv read 0.24 ms alone and 0.15 ms a copy among 8 on the 2-core machine.)
+    Copies stop at `REPLICA_BYTES` of operands together: copies that overflow the caches
+    evict each other and time memory traffic the program does not have (a 64x1024 @ 1024x1024 dot read
+    0.70-0.77 ms alone, 0.87-0.95 ms a copy among 8 with 36 MiB of operands, and 0.78 ms
+    each as the three dots of one program, on that machine: 2 MiB L2 per core, 32 MiB
+    L3). With 4 MiB, the cost model called the sign of every case of cost_fidelity.py."""
     warm_up()
     seconds = _time_program(graph, repeats, min_sample, seed)
-    if seconds < SHORT:
-        many = _time_program(replicate(graph, COPIES), repeats, min_sample, seed)
-        seconds = (many - dispatch_overhead()) / COPIES
+    copies = replicas(graph)
+    if seconds < SHORT and copies > 1:
+        many = _time_program(replicate(graph, copies), repeats, min_sample, seed)
+        seconds = (many - dispatch_overhead()) / copies
     else:
         seconds -= dispatch_overhead()
     return max(seconds, EPSILON)
