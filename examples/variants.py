@@ -16,33 +16,12 @@ from collections.abc import Sequence
 
 from jax.lax import ConvDimensionNumbers
 
-from hlo_opt import ops
-from hlo_opt.ir import Graph, Node, Value
-from hlo_opt.params import Params
+from hlo_opt.ir import Graph, Node, Value, replace
+from hlo_opt.ops import make
 
 NCHW = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
 NHWC = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 MAX_SPLIT = 20
-
-
-def make(op: str, inputs: Sequence[Value], **params) -> Node:
-    params = Params(params)
-    return Node(op, inputs, params, ops.get(op).infer([v.type for v in inputs], params))
-
-
-def substitute(graph: Graph, subst: dict[Value, Value]) -> Graph:
-    """`graph` with each value in `subst` replaced, consumers rebuilt as needed."""
-    env = dict(subst)
-    clones: dict[Node, Node] = {}
-    for node in graph.nodes:
-        inputs = [env.get(v, v) for v in node.inputs]
-        deps = [clones.get(d, d) for d in node.deps]
-        if inputs != list(node.inputs) or deps != list(node.deps):
-            clone = Node(node.op, inputs, node.params, node.types, deps)
-            clones[node] = clone
-            env.update((v, c) for v, c in zip(node.outputs, clone.outputs) if v not in env)
-    return Graph(graph.inputs, [env.get(v, v) for v in graph.outputs],
-                 [clones.get(n, n) for n in graph.effects])
 
 
 def _slice(value: Value, axis: int, start: int, stop: int) -> Value:
@@ -67,7 +46,7 @@ def to_nhwc(graph: Graph, convs: Sequence[Node]) -> Graph:
         y = make("conv_general_dilated", [x, w],
                  **dict(conv.params.items(), dimension_numbers=NHWC)).out()
         subst[conv.out()] = make("transpose", [y], permutation=(0, 3, 1, 2)).out()
-    return substitute(graph, subst)
+    return replace(graph, subst)
 
 
 # -- merge ---------------------------------------------------------------------------------
@@ -92,7 +71,7 @@ def merge_dots(graph: Graph, dots: Sequence[Node]) -> Graph:
         width = d.inputs[1].type.shape[1]
         subst[d.out()] = _slice(y, last, offset, offset + width)
         offset += width
-    return substitute(graph, subst)
+    return replace(graph, subst)
 
 
 def _plain_dot(value: Value) -> bool:
@@ -123,7 +102,7 @@ def merge_pair(graph: Graph, add: Node) -> Graph:
     xh = make("concatenate", [x, h], dimension=1).out()
     ab = make("concatenate", [a, b], dimension=0).out()
     params = dict(add.inputs[0].node.params.items())
-    return substitute(graph, {add.out(): make("dot_general", [xh, ab], **params).out()})
+    return replace(graph, {add.out(): make("dot_general", [xh, ab], **params).out()})
 
 
 # -- split ---------------------------------------------------------------------------------
@@ -142,7 +121,7 @@ def split_conv(graph: Graph, conv: Node, k: int) -> Graph:
         ws = _slice(w, 0, j * cout // k, (j + 1) * cout // k)
         parts.append(make("conv_general_dilated", [xs, ws],
                           **dict(conv.params.items(), feature_group_count=groups // k)).out())
-    return substitute(graph, {conv.out(): make("concatenate", parts, dimension=1).out()})
+    return replace(graph, {conv.out(): make("concatenate", parts, dimension=1).out()})
 
 
 # -- a family of variants -----------------------------------------------------------------

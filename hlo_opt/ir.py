@@ -152,6 +152,22 @@ def copy_nodes(nodes: Iterable[Node], env: dict[Value, Value], *,
     return clones
 
 
+def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
+    """`graph` with each value in `subst` replaced by its image; the consumers of a
+    replaced value are rebuilt (and theirs, and so on), everything else is shared."""
+    env = dict(subst)
+    clones: dict[Node, Node] = {}
+    for node in graph.nodes:
+        inputs = [env.get(v, v) for v in node.inputs]
+        deps = [clones.get(d, d) for d in node.deps]
+        if inputs != list(node.inputs) or deps != list(node.deps):
+            clone = Node(node.op, inputs, node.params, node.types, deps)
+            clones[node] = clone
+            env.update((v, c) for v, c in zip(node.outputs, clone.outputs) if v not in env)
+    return Graph(graph.inputs, [env.get(v, v) for v in graph.outputs],
+                 [clones.get(n, n) for n in graph.effects])
+
+
 class Graph:
     """An immutable dataflow graph with ordered inputs, outputs and effects."""
 

@@ -23,6 +23,7 @@ from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
 EPSILON = 1e-7
+METHOD = 2         # bump when timing changes: the cache keeps no entry timed another way
 SHORT = 1e-3       # programs faster than this are timed as COPIES instances in one call
 COPIES = 8
 REPLICA_BYTES = 4 << 20    # ... but no more copies than fit this many bytes together

@@ -88,7 +88,7 @@ class Measured(CostModel):
                  fallback: Analytic | None = None):
         header = device_header()
         self.platform = header["platform"]
-        self.cache = Cache("kernels", header, cache_dir)
+        self.cache = Cache("kernels", {**header, "method": measure.METHOD}, cache_dir)
         self.repeats, self.min_sample = repeats, min_sample
         self._fallback = fallback
         self._cache_dir = cache_dir

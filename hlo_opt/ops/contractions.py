@@ -9,7 +9,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from hlo_opt.ir import Node
 from hlo_opt.ops.structural import _pad
-from hlo_opt.ops.table import CONTRACT, INDEX, primitive_op
+from hlo_opt.ops.table import CONTRACT, INDEX, as_float64, primitive_op
 
 
 def _dot_general(p, lhs, rhs):
@@ -23,7 +23,7 @@ def _dot_general(p, lhs, rhs):
     out += [lhs_ix[d] for d in range(lhs.ndim) if d not in lc and d not in lb]
     out += [rhs_ix[d] for d in range(rhs.ndim) if d not in rc and d not in rb]
     spec = f"{''.join(lhs_ix)},{''.join(rhs_ix)}->{''.join(out)}"
-    return np.einsum(spec, lhs.astype(np.float64), rhs.astype(np.float64))
+    return np.einsum(spec, as_float64(lhs), as_float64(rhs))
 
 
 def _dot_flops(node: Node) -> int:
@@ -35,8 +35,8 @@ def _dot_flops(node: Node) -> int:
 def _conv(p, lhs, rhs):
     """Reference convolution in N C spatial / O I spatial order via explicit windows."""
     dn = p["dimension_numbers"]
-    lhs = np.transpose(lhs, dn.lhs_spec).astype(np.float64)     # N C S...
-    rhs = np.transpose(rhs, dn.rhs_spec).astype(np.float64)     # O I S...
+    lhs = as_float64(np.transpose(lhs, dn.lhs_spec))     # N C S...
+    rhs = as_float64(np.transpose(rhs, dn.rhs_spec))     # O I S...
     nsp = lhs.ndim - 2
     config = [(0, 0, 0), (0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in
                                        zip(p["padding"], p["lhs_dilation"])]

@@ -116,8 +116,19 @@ def numpy_reference(fn: Callable[..., Any], *, compute_dtype=None):
         with np.errstate(all="ignore"):       # XLA yields inf/nan silently; so do we
             out = fn(node.params, *arrays)
         outs = out if isinstance(out, (list, tuple)) else [out]
-        return tuple(np.asarray(o).astype(t.dtype).reshape(t.shape) for o, t in zip(outs, node.types))
+        return tuple(_cast(np.asarray(o), t) for o, t in zip(outs, node.types))
     return reference
+
+
+def _cast(a: np.ndarray, t: TensorType) -> np.ndarray:
+    """`a` in the node's dtype and shape; object arrays (symbolic values: the rule
+    verifier runs references on z3 terms) keep their elements."""
+    return (a if a.dtype == object else a.astype(t.dtype)).reshape(t.shape)
+
+
+def as_float64(a: np.ndarray) -> np.ndarray:
+    """Widen for exact-ish reference arithmetic; object arrays pass through."""
+    return a if a.dtype == object else a.astype(np.float64)
 
 
 def _widen(a: np.ndarray) -> np.ndarray:
