@@ -1,0 +1,178 @@
+"""Each family on concrete graphs: the expected target appears (structure) and the
+rewritten graph computes what `jax.jit` of the original does (meaning)."""
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from hlo_opt import capture, emit, rules
+from helpers import assert_close
+
+R = np.random.default_rng(1)
+
+
+def _rand(*shape):
+    return jnp.asarray(R.standard_normal(shape), jnp.float32)
+
+
+def rewrite(name, fn, *args, times=1):
+    """Apply rule `name` `times` times (first match each time); check the meaning
+    against jax.jit of `fn`; return the op counts of the result."""
+    rule = rules.ALL[name]
+    graph = capture.capture(fn, args).graph
+    for _ in range(times):
+        found = [m for m in rule.matches(graph) if rule.apply(graph, m) is not None]
+        assert found, f"{name} does not apply"
+        graph = rule.apply(graph, found[0]).check()
+    assert_close(list(jax.jit(emit.to_callable(graph))(*args)),
+                 jax.tree.leaves(jax.jit(fn)(*args)), 1e-5, name)
+    return collections.Counter(n.op for n in graph.nodes)
+
+
+def _conv(x, w, layout="NCHW", groups=1, padding="SAME"):
+    spec = {"NCHW": ("NCHW", "OIHW", "NCHW"), "NHWC": ("NHWC", "HWIO", "NHWC")}[layout]
+    return lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=spec,
+                                    feature_group_count=groups)
+
+
+# algebra ----------------------------------------------------------------------------------
+
+def test_algebra_factoring_a_shared_matmul_operand_leaves_one_dot():
+    ops = rewrite("dot-factor-rhs", lambda x, a, b: jnp.tanh(x @ a + x @ b),
+                  _rand(3, 4), _rand(4, 5), _rand(4, 5))
+    assert ops["dot_general"] == 1 and ops["add"] == 1
+
+
+def test_algebra_scalar_moves_onto_the_weight():
+    ops = rewrite("scalar-onto-weight", lambda s, x, w: s * (x @ w),
+                  _rand(), _rand(2, 3), _rand(3, 4))
+    g = capture.capture(lambda s, x, w: s * (x @ w), (_rand(), _rand(2, 3), _rand(3, 4))).graph
+    new = rules.ALL["scalar-onto-weight"].apply(g, rules.ALL["scalar-onto-weight"].matches(g)[0])
+    (d,) = [n for n in new.nodes if n.op == "dot_general"]
+    assert d.inputs[1].node.op == "mul" and ops["mul"] == 1
+
+
+def test_algebra_matmul_reassociates():
+    ops = rewrite("dot-assoc", lambda x, a, b: (x @ a) @ b, _rand(8, 2), _rand(2, 16), _rand(16, 3))
+    assert ops["dot_general"] == 2
+
+
+# concat / split ---------------------------------------------------------------------------
+
+def test_three_qkv_matmuls_merge_into_one_with_a_split_tree():
+    def qkv(x, q, k, v):
+        return x @ q, x @ k, x @ v
+    args = (_rand(4, 8), _rand(8, 8), _rand(8, 8), _rand(8, 8))
+    ops = rewrite("merge-dots-shared-lhs", qkv, *args, times=2)
+    assert ops["dot_general"] == 1 and ops["split"] == 2 and ops["concatenate"] == 2
+
+
+def test_nasrnn_pair_becomes_one_matmul_on_concatenated_operands():
+    ops = rewrite("merge-dot-pair", lambda x, h, a, b: jnp.tanh(x @ a + h @ b),
+                  _rand(1, 6), _rand(1, 4), _rand(6, 5), _rand(4, 5))
+    assert ops["dot_general"] == 1 and ops["concatenate"] == 2 and ops["add"] == 0
+
+
+def test_convs_sharing_an_input_merge():
+    ops = rewrite("merge-convs-shared-input", lambda x, a, b: (_conv(x, a), jax.nn.relu(_conv(x, b))),
+                  _rand(1, 3, 6, 6), _rand(4, 3, 3, 3), _rand(2, 3, 3, 3))
+    assert ops["conv_general_dilated"] == 1 and ops["split"] == 1
+
+
+def test_split_of_concat_cancels():
+    def f(x, y):
+        a, b = jnp.split(jnp.concatenate([x, y], 1), [3], 1)
+        return a * 2, b + 1
+    ops = rewrite("split-of-concat", f, _rand(2, 3), _rand(2, 4))
+    assert ops["split"] == 0 and ops["concatenate"] == 0
+
+
+def test_elementwise_moves_across_concat():
+    ops = rewrite("concat-of-unary", lambda x, y: jnp.concatenate([jnp.exp(x), jnp.exp(y)], 0),
+                  _rand(2, 3), _rand(4, 3))
+    assert ops["exp"] == 1
+
+
+# layout -----------------------------------------------------------------------------------
+
+def test_nchw_conv_becomes_nhwc_with_transposes_that_fold_onto_the_weight():
+    x, w = _rand(1, 3, 8, 8), _rand(4, 3, 3, 3)
+    ops = rewrite("conv-to-nhwc", lambda x, w: jax.nn.relu(_conv(x, w)), x, w)
+    assert ops["transpose"] == 3 and ops["conv_general_dilated"] == 1
+    g = capture.capture(lambda x, w: jax.nn.relu(_conv(x, w)), (x, w)).graph
+    rule = rules.ALL["conv-to-nhwc"]
+    new = rule.apply(g, rule.matches(g)[0])
+    (conv,) = [n for n in new.nodes if n.op == "conv_general_dilated"]
+    assert conv.params["dimension_numbers"].lhs_spec == (0, 3, 1, 2)     # NHWC
+
+
+def test_transposes_cancel_through_an_elementwise_op():
+    def f(x):
+        return jnp.transpose(jnp.tanh(jnp.transpose(x, (0, 2, 3, 1))), (0, 3, 1, 2))
+    x = _rand(1, 2, 3, 4)
+    g = capture.capture(f, (x,)).graph
+    for name in ("transpose-through-unary", "transpose-cancel"):
+        rule = rules.ALL[name]
+        g = rule.apply(g, rule.matches(g)[0])
+    assert [n.op for n in g.nodes] == ["input", "tanh"]
+    assert_close(list(emit.run(g, [x])), [jax.jit(f)(x)], 1e-6)
+
+
+def test_a_transposed_weight_folds_into_the_dot():
+    ops = rewrite("dot-fold-rhs-transpose", lambda x, w: x @ w.T, _rand(2, 3), _rand(5, 3))
+    assert ops["transpose"] == 0 and ops["dot_general"] == 1
+
+
+# conv -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("groups", [2, 4, 8])
+def test_grouped_conv_becomes_one_dense_block_diagonal_conv(groups):
+    x, w = _rand(1, 8, 5, 5), _rand(16, 8 // groups, 3, 3)
+    ops = rewrite("grouped-conv-to-dense", lambda x, w: _conv(x, w, groups=groups), x, w)
+    assert ops["conv_general_dilated"] == 1 and ops["pad"] == groups
+
+
+def test_grouped_conv_halves_down_to_plain_convs():
+    x, w = _rand(1, 8, 5, 5), _rand(8, 2, 3, 3)
+    ops = rewrite("grouped-conv-halve", lambda x, w: _conv(x, w, groups=4), x, w, times=3)
+    assert ops["conv_general_dilated"] == 4
+
+
+def test_enlarged_1x1_kernel_then_merged_with_its_3x3_sibling():
+    x, w1, w3 = _rand(1, 4, 6, 6), _rand(5, 4, 1, 1), _rand(3, 4, 3, 3)
+    f = lambda x, w1, w3: (_conv(x, w1), _conv(x, w3))       # noqa: E731
+    g = capture.capture(f, (x, w1, w3)).graph
+    for name in ("enlarge-kernel", "merge-convs-shared-input"):
+        rule = rules.ALL[name]
+        good = [m for m in rule.matches(g) if rule.apply(g, m) is not None]
+        g = rule.apply(g, good[0]).check()
+    assert sum(n.op == "conv_general_dilated" for n in g.nodes) == 1
+    assert_close(list(emit.run(g, [x, w1, w3])), list(jax.jit(f)(x, w1, w3)), 1e-5)
+
+
+def test_average_pool_is_a_depthwise_conv():
+    def pool(x):
+        return lax.reduce_window(x, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 2, 2), "SAME") / 9
+    ops = rewrite("avgpool-as-conv", pool, _rand(2, 3, 7, 7))
+    assert ops["conv_general_dilated"] == 1 and ops["reduce_window_sum"] == 0
+
+
+# fusion -----------------------------------------------------------------------------------
+
+def test_relu_of_each_half_becomes_one_relu_before_the_split():
+    def f(x):
+        a, b = jnp.split(x, [3], 1)
+        return jax.nn.relu(a), jax.nn.relu(b)
+    ops = rewrite("unary-before-split", f, _rand(2, 5))
+    assert ops["relu"] == 1 and ops["split"] == 1
+
+
+def test_bias_of_each_half_becomes_one_add_on_a_concatenated_bias():
+    def f(x, c, d):
+        a, b = jnp.split(x, [2], 1)
+        return a + c, b + d
+    ops = rewrite("binary-before-split", f, _rand(3, 5), _rand(3, 2), _rand(3, 3))
+    assert ops["add"] == 1 and ops["concatenate"] == 1

@@ -1,0 +1,112 @@
+"""The rule language: rules are checked when built; the matcher handles DAG and
+multi-output patterns; apply rewrites, or refuses a rewrite that would make a cycle."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hlo_opt import capture, emit, rules
+from hlo_opt.rules import Pat, Rule, RuleError, RuleSet, Sym, tensors
+from hlo_opt.rules.library import concat_split
+from hlo_opt.rules.library.common import dot, unary
+from helpers import assert_close
+
+R = np.random.default_rng(0)
+x, y, a, b = tensors("x y a b")
+
+
+def _rand(*shape):
+    return jnp.asarray(R.standard_normal(shape), jnp.float32)
+
+
+def _graph(fn, *args):
+    return capture.capture(fn, args).graph
+
+
+def test_a_target_variable_the_source_does_not_bind_is_refused_by_name():
+    with pytest.raises(RuleError, match="'bad-rule'.*'b' is not bound"):
+        Rule("bad-rule", "algebra", Pat("add", x, y), Pat("add", x, b))
+
+
+def test_unknown_ops_families_and_names_are_refused():
+    with pytest.raises(RuleError, match="unknown op 'frobnicate'"):
+        Rule("r", "algebra", Pat("frobnicate", x), x)
+    with pytest.raises(RuleError, match="unknown family"):
+        Rule("r", "magic", Pat("neg", x), x)
+    with pytest.raises(RuleError, match="kebab-case"):
+        Rule("Not_Kebab", "algebra", Pat("neg", x), x)
+    with pytest.raises(RuleError, match="`like=` must name a source"):
+        Rule("r", "algebra", Pat("add", x, y), Pat("add", x, y, like=Pat("neg", x)))
+
+
+def test_rule_sets_compose_and_refuse_duplicate_names():
+    one = RuleSet([Rule("neg-neg-a", "algebra", Pat("neg", Pat("neg", x)), x)])
+    two = RuleSet([Rule("neg-neg-b", "algebra", Pat("neg", Pat("neg", x)), x)])
+    both = one + two
+    assert [r.name for r in both] == ["neg-neg-a", "neg-neg-b"] and both["neg-neg-b"]
+    with pytest.raises(RuleError, match="defined twice"):
+        one + one
+    assert len(rules.ALL) >= 60 and {r.family for r in rules.ALL} == set(rules.FAMILIES)
+
+
+def test_a_shared_variable_must_match_one_value():
+    square = Rule("mul-self", "algebra", Pat("mul", x, x), Pat("integer_pow", x, y=2))
+    g = _graph(lambda p, q: (p * p, p * q), _rand(3), _rand(3))
+    (m,) = square.matches(g)
+    assert m[x] == g.inputs[0].out()
+    new = square.apply(g, m)
+    assert [n.op for n in new.nodes if n.op not in ("input",)].count("integer_pow") == 1
+    assert_close(emit.run(new, [np.ones(3, np.float32) * 3, np.ones(3, np.float32)]),
+                 [np.full(3, 9.0, np.float32), np.full(3, 3.0, np.float32)], 1e-6)
+
+
+def test_op_variables_bind_one_op_for_the_whole_pattern():
+    f = unary()
+    rule = Rule("same-unary-twice", "algebra", Pat("add", Pat(f, x), Pat(f, y)),
+                Pat(f, Pat("add", x, y)))       # not sound; only matching is tested here
+    g = _graph(lambda p, q: (jnp.tanh(p) + jnp.tanh(q), jnp.tanh(p) + jnp.exp(q)),
+               _rand(2), _rand(2))
+    (m,) = rule.matches(g)
+    assert m[f] == "tanh"
+
+
+def test_multi_output_pattern_merges_two_dots_into_one():
+    rule = concat_split.RULES["merge-dots-shared-lhs"]
+    args = (_rand(4, 8), _rand(8, 3), _rand(8, 5))
+    g = _graph(lambda x, a, b: (jnp.tanh(x @ a), x @ b), *args)
+    found = rule.matches(g)
+    assert len(found) == 2          # (x@a, x@b) and (x@b, x@a)
+    new = rule.apply(g, found[0])
+    assert [n.op for n in new.nodes].count("dot_general") == 1
+    assert [n.op for n in new.nodes].count("split") == 1
+    assert_close(emit.run(new, args), emit.run(g, args), 1e-5)
+
+
+def test_merging_would_create_a_cycle_and_is_refused():
+    """TASO's Figure 6: A x relu(A x B) -- merging the two matmuls that share A would
+    feed the merged matmul its own output."""
+    rule = concat_split.RULES["merge-dots-shared-lhs"]
+    args = (_rand(4, 4), _rand(4, 4))
+    g = _graph(lambda A, B: A @ jax.nn.relu(A @ B), *args)
+    found = rule.matches(g)
+    assert found and all(rule.apply(g, m) is None for m in found)
+
+
+def test_guards_and_param_symbols_restrict_matches():
+    ax = Sym("ax")
+    rule = Rule("concat-neg", "concat_split",
+                Pat("concatenate", Pat("neg", x), Pat("neg", y), dimension=ax),
+                Pat("neg", Pat("concatenate", x, y, dimension=ax)),
+                guards=[rules.Guard("axis-one", lambda m: m[ax] == 1)])
+    g = _graph(lambda p, q: (jnp.concatenate([-p, -q], 0), jnp.concatenate([-p, -q], 1)),
+               _rand(2, 2), _rand(2, 2))
+    (m,) = rule.matches(g)
+    assert m[ax] == 1
+
+
+def test_a_target_of_the_wrong_type_is_a_rule_error():
+    rule = Rule("wrong-shape", "algebra", dot(x, a), Pat("neg", x))
+    g = _graph(lambda p, q: p @ q, _rand(2, 3), _rand(3, 4))
+    (m,) = rule.matches(g)
+    with pytest.raises(RuleError, match="'wrong-shape'"):
+        rule.apply(g, m)
