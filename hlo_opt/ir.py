@@ -168,6 +168,50 @@ def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
                  [clones.get(n, n) for n in graph.effects])
 
 
+def subgraph(values: Sequence[Value], leaves: Sequence[Value], *,
+             keep_constants: bool = True) -> tuple["Graph", list[Value]]:
+    """A graph computing `values` from fresh inputs standing for `leaves`; returns it and
+    its outputs (the images of `values`). With `keep_constants`, leaves computed from
+    constants alone (a pad value) stay computed rather than becoming inputs: a rule's
+    guard may have relied on their value. Otherwise every distinct leaf is an input,
+    in order."""
+    env: dict[Value, Value] = {}
+    inputs = []
+    for v in leaves:
+        if v not in env and not (keep_constants and is_constant(v)):
+            inputs.append(Node("input", (), Params(index=len(inputs)), (v.type,)))
+            env[v] = inputs[-1].out()
+    order: list[Node] = []
+    seen: set[Node] = set()
+    stack = [(v.node, False) for v in values if v not in env]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        stack.extend((u.node, False) for u in node.inputs if u not in env and u.node not in seen)
+    copy_nodes(order, env, outside_deps=False)
+    outs = [env[v] for v in values]
+    return Graph(inputs, outs), outs
+
+
+def is_constant(value: Value) -> bool:
+    """`value` is computed from constants alone (no input, no effect)."""
+    stack, seen = [value.node], set()
+    while stack:
+        node = stack.pop()
+        if node.op == "input" or node.deps:
+            return False
+        if node not in seen:
+            seen.add(node)
+            stack.extend(v.node for v in node.inputs)
+    return True
+
+
 class Graph:
     """An immutable dataflow graph with ordered inputs, outputs and effects."""
 

@@ -190,8 +190,8 @@ def cnn_builder(body, full: dict, tiny: dict):
     """The `build` of a CNN written as `body(net, images, cfg=...)`, with its full and
     small configurations (each naming its input `image` size)."""
     def build(*, batch: int = 1, layout: str = "NCHW", dtype="float32", small: bool = False,
-              seed: int = 0):
-        cfg = tiny if small else full
+              seed: int = 0, **overrides):
+        cfg = {**(tiny if small else full), **overrides}     # e.g. fewer blocks
         return cnn(functools.partial(body, cfg=cfg), image=cfg["image"], batch=batch,
                    layout=layout, dtype=dtype, seed=seed)
     return build

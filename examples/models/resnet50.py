@@ -50,6 +50,8 @@ def bottleneck_net(cfg: dict, *, expansion: int, groups: int, batch: int, layout
 
 
 def build(*, batch: int = 1, layout: str = "NCHW", dtype="float32", small: bool = False,
-          seed: int = 0):
-    return bottleneck_net(SMALL if small else FULL, expansion=4, groups=1, batch=batch,
-                          layout=layout, dtype=dtype, seed=seed)
+          seed: int = 0, **overrides):
+    """`overrides` replace entries of the configuration (`blocks=(2, 0, 0, 0)`: a
+    two-block network, as in the search's scaling series)."""
+    return bottleneck_net({**(SMALL if small else FULL), **overrides}, expansion=4, groups=1,
+                          batch=batch, layout=layout, dtype=dtype, seed=seed)

@@ -276,11 +276,13 @@ class Rule:
 
     # -- matching ------------------------------------------------------------------------
 
-    def matches(self, graph: Graph) -> list[Match]:
-        """Every match of the source in `graph` whose guards hold."""
-        by_op: dict[str, list[Node]] = {}
-        for node in graph.nodes:
-            by_op.setdefault(node.op, []).append(node)
+    def matches(self, graph: Graph, by_op: dict[str, list[Node]] | None = None) -> list[Match]:
+        """Every match of the source in `graph` whose guards hold; `by_op` (op name ->
+        nodes, in graph order) may be passed in when many rules scan one graph."""
+        if by_op is None:
+            by_op = {}
+            for node in graph.nodes:
+                by_op.setdefault(node.op, []).append(node)
         found = []
         for values, syms, opvars in self._match_roots(0, by_op, {}, {}, {}):
             m = Match(self, values, syms, opvars)

@@ -25,7 +25,7 @@ import numpy as np
 import z3
 
 from hlo_opt import capture, emit, ops
-from hlo_opt.ir import Graph, Node, TensorType, Value, copy_nodes, replace
+from hlo_opt.ir import Graph, Node, TensorType, Value, replace, subgraph
 from hlo_opt.params import Params
 from hlo_opt.rules.lang import Match, Rule, RuleError
 
@@ -145,46 +145,6 @@ class Terms:
         return memo[value]
 
 
-def region(values: Sequence[Value], leaves: Sequence[Value]) -> tuple[Graph, list[Value]]:
-    """A graph computing `values` from fresh inputs standing for `leaves`; returns it and
-    its outputs (the images of `values`). Leaves computed from constants alone (a pad
-    value) stay computed: a rule's guard may have relied on their value."""
-    env: dict[Value, Value] = {}
-    inputs = []
-    for v in leaves:
-        if v not in env and not _constant(v):
-            inputs.append(Node("input", (), Params(index=len(inputs)), (v.type,)))
-            env[v] = inputs[-1].out()
-    order: list[Node] = []
-    seen: set[Node] = set()
-    stack = [(v.node, False) for v in values if v not in env]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        stack.extend((u.node, False) for u in node.inputs if u not in env and u.node not in seen)
-    copy_nodes(order, env, outside_deps=False)
-    outs = [env[v] for v in values]
-    return Graph(inputs, outs), outs
-
-
-def _constant(value: Value) -> bool:
-    stack, seen = [value.node], set()
-    while stack:
-        node = stack.pop()
-        if node.op == "input" or node.deps:
-            return False
-        if node not in seen:
-            seen.add(node)
-            stack.extend(v.node for v in node.inputs)
-    return True
-
-
 def formal(rule: Rule, axioms: Iterable[Rule], cases: int | None = None) -> Outcome:
     """Prove the rule from the axioms on each example instantiation."""
     start = time.perf_counter()
@@ -206,7 +166,7 @@ def formal(rule: Rule, axioms: Iterable[Rule], cases: int | None = None) -> Outc
 def prove(src: Sequence[Value], tgt: Sequence[Value], leaves: Sequence[Value],
           axioms: Sequence[Rule]) -> tuple[bool, str, set[str]]:
     """(proven, detail, axioms used) for src == tgt, the leaves being arbitrary tensors."""
-    graph, outs = region(list(src) + list(tgt), leaves)
+    graph, outs = subgraph(list(src) + list(tgt), leaves)
     terms = Terms()
     goal_leaves = {n.out(): z3.Const(f"x{i}", terms.sort(n.types[0]))
                    for i, n in enumerate(graph.inputs)}
@@ -317,7 +277,7 @@ def validate(axiom: Rule) -> Outcome:
         for k, inst in enumerate(instances(axiom)):
             for m in inst.matches:
                 new = axiom.build(m)
-                graph, outs = region(m.roots + new, m.leaves())
+                graph, outs = subgraph(m.roots + new, m.leaves())
                 if any(d > 3 for n in graph.inputs for d in n.types[0].shape):
                     return Outcome(False, f"example {k} has a dim above 3")
                 vals = graph.evaluate(symbolic_inputs([n.types[0] for n in graph.inputs]),

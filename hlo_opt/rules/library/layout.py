@@ -184,6 +184,7 @@ _cin = Pat("conv_general_dilated", t(x, perm), w)
 _ck = Pat("conv_general_dilated", x, t(w, perm))
 _cout = t(Pat("conv_general_dilated", x, w), perm)
 _c_nchw = Pat("conv_general_dilated", x, w, dimension_numbers=NCHW)
+_c_oihw = Pat("conv_general_dilated", x, w)
 _c_nhwc = Pat("conv_general_dilated", x, w, dimension_numbers=NHWC)
 
 
@@ -226,6 +227,15 @@ CONV = [
          t(Pat("conv_general_dilated", t(x, TO_NHWC), t(w, TO_HWIO), like=_c_nchw,
                dimension_numbers=NHWC), TO_NCHW),
          identity="conv_NCHW(x, w) -> t(conv_NHWC(t(x), t(w)))",
+         example=lambda n: (lambda x, w: _conv(x, w, "NCHW", n % 2 + 1),
+                            [(1, 2, n + 3, 4), (3, 2, 3, 3)])),
+    Rule("conv-kernel-to-hwio", "layout", _c_oihw,
+         Pat("conv_general_dilated", x, t(w, TO_HWIO), like=_c_oihw,
+             dimension_numbers=Fn(lambda m: m.params(_c_oihw)["dimension_numbers"]
+                                  ._replace(rhs_spec=NHWC.rhs_spec))),
+         guards=[Guard("oihw-kernel", lambda m: m.params(_c_oihw)["dimension_numbers"].rhs_spec
+                       == NCHW.rhs_spec)],
+         identity="conv(x, w_OIHW) -> conv(x, t(w) as HWIO): free once w is frozen",
          example=lambda n: (lambda x, w: _conv(x, w, "NCHW", n % 2 + 1),
                             [(1, 2, n + 3, 4), (3, 2, 3, 3)])),
     Rule("conv-to-nchw", "layout", _c_nhwc,

@@ -1,0 +1,129 @@
+"""Search for a cheaper equivalent graph.
+
+    search(graph, rules, cost) -> Result(graph, cost, applied, stop_reason, stats)
+
+`cost` maps a Graph to predicted seconds (for instance
+`lambda g: model.cost(g, frozen).total`). Algorithms: "greedy" (backtracking with
+alpha = 1), "backtracking" (MetaFlow/TASO, alpha > 1 lets it pass through worse graphs),
+"sampling" (OCGGS, polynomial time); "auto" takes backtracking for graphs up to
+`split_threshold` nodes, sampling above. Graphs above `split_threshold` nodes are split
+by a minimum vertex cut (`split.py`); the parts are searched one by one, stitched, and
+a short greedy pass over the whole graph then takes the rewrites that span the cuts.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from hlo_opt.ir import Graph
+from hlo_opt.rules.lang import Rule
+from hlo_opt.search import split as splitting
+from hlo_opt.search.backtracking import backtrack
+from hlo_opt.search.core import BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result
+from hlo_opt.search.sampling import sample
+
+ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
+STITCH_BUDGET = 50          # graphs the greedy pass across the cuts may cost
+
+logger = logging.getLogger("hlo_opt")
+
+__all__ = ["search", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
+
+
+def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], *,
+           algorithm: str = "auto", alpha: float = 1.3, budget: int | None = 2000,
+           time_limit: float | None = 10.0, split_threshold: int | None = 150,
+           max_growth: float = 2.0, q: int = 20, eta: int = 1, seed: int = 0,
+           progress: bool = False) -> Result:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown search algorithm {algorithm!r}; one of {ALGORITHMS}")
+    rules = list(rules)
+    limits = Limits(budget, time_limit)
+    priced = Priced(cost, limits)
+    start_cost = priced(graph)
+    show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
+    max_nodes = int(max_growth * len(graph.nodes)) + 1
+
+    def run(g: Graph, algo: str, lim: Limits = limits) -> Result:
+        cost_of = priced.within(lim)
+        nodes = int(max_growth * len(g.nodes)) + 1
+        if algo == "auto":
+            algo = "sampling" if split_threshold and len(g.nodes) > split_threshold \
+                else "backtracking"
+        if algo == "sampling":
+            return sample(g, rules, cost_of, lim, q=q, eta=eta, max_nodes=nodes, seed=seed,
+                          progress=show)
+        return backtrack(g, rules, cost_of, lim, alpha=1.0 if algo == "greedy" else alpha,
+                         max_nodes=nodes, progress=show)
+
+    splittable = split_threshold and len(graph.nodes) > split_threshold and not graph.effects
+    if not splittable:
+        result = run(graph, algorithm)
+    else:
+        result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
+                               algorithm)
+    result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
+                        costed=limits.costed, algorithm=algorithm)
+    if show:
+        sys.stderr.write("\n")
+    return result
+
+
+def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algorithm):
+    """Split until parts are small; search each part with an equal share of what is
+    left of the budget and time; stitch; then a greedy pass across the cuts."""
+    def tree(g: Graph):
+        if len(g.nodes) <= threshold:
+            return g
+        first_nodes, _ = splitting.min_cut(g, rules)
+        inner = [n for n in g.nodes if n.op != "input"]
+        if not first_nodes or len(first_nodes) >= len(inner):
+            return g                           # no useful cut: search it whole
+        parts = splitting.cut(g, first_nodes)
+        return (g, parts, tree(parts.first), tree(parts.second))
+
+    def leaves(t) -> int:
+        return 1 if isinstance(t, Graph) else leaves(t[2]) + leaves(t[3])
+
+    shape = tree(graph)
+    todo = leaves(shape)
+    applied: list[str] = []
+    reasons: list[str] = []
+
+    def solve(t) -> Graph:
+        nonlocal todo
+        if not isinstance(t, Graph):
+            g, parts, first, second = t
+            return splitting.stitch(g, parts, solve(first), solve(second))
+        share = Limits(None if limits.budget is None
+                       else max(1, (limits.budget - limits.costed) // todo),
+                       None if limits.time_limit is None else limits.remaining() / todo)
+        todo -= 1
+        if limits.reason():
+            reasons.append(limits.reason())
+            return t
+        r = run(t, algorithm, share)
+        limits.costed += share.costed
+        applied.extend(r.applied)
+        reasons.append(r.stop_reason)
+        return r.graph
+
+    stitched = solve(shape)
+    across = Limits(STITCH_BUDGET, limits.remaining())
+    cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
+                      max_nodes=max_nodes)
+    limits.costed += across.costed
+    applied.extend(cross.applied)
+    reason = limits.reason() or next((r for r in reasons if r != SATURATED), SATURATED)
+    return Result(cross.graph, cross.cost, applied, reason,
+                  {"parts": leaves(shape), "explored": None})
+
+
+def _progress_line(start: float):
+    def show(best: float, limits: Limits) -> None:
+        sys.stderr.write(f"\rhlo_opt search: best {best * 1e3:.3f} ms "
+                         f"(from {start * 1e3:.3f}), {limits.costed} graphs costed, "
+                         f"{limits.elapsed():.1f} s")
+        sys.stderr.flush()
+    return show

@@ -1,0 +1,44 @@
+"""Cost-based backtracking (MetaFlow Algorithm 1, TASO Algorithm 2).
+
+A priority queue of graphs, cheapest first. Each popped graph's moves are costed; a new
+graph joins the queue when it costs less than `alpha` times the best so far, so with
+alpha > 1 the search may pass through worse graphs to reach better ones (enlarge a
+kernel, then merge); alpha = 1 is greedy. Graphs are deduplicated by structural hash.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+
+from hlo_opt.ir import Graph
+from hlo_opt.rules.lang import Rule
+from hlo_opt.search.core import SATURATED, Limits, Priced, Result, moves
+
+
+def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
+              alpha: float, max_nodes: int, progress=None) -> Result:
+    order = itertools.count()
+    start = cost(graph)
+    best = (start, graph, [], [start])           # cost, graph, rules applied, path costs
+    queue = [(start, next(order), graph, [], [start])]
+    seen = {graph.digest}
+    reason = None
+    while queue and not (reason := limits.reason()):
+        _, _, current, path, costs = heapq.heappop(queue)
+        for name, new in moves(current, rules, max_nodes):
+            if new.digest in seen:
+                continue
+            seen.add(new.digest)
+            c = cost(new)
+            if c < best[0]:
+                best = (c, new, path + [name], costs + [c])
+                if progress:
+                    progress(best[0], limits)
+            if c < alpha * best[0]:
+                heapq.heappush(queue, (c, next(order), new, path + [name], costs + [c]))
+            if (reason := limits.reason()):
+                break
+    return Result(best[1], best[0], best[2], reason or SATURATED,
+                  {"explored": len(seen), "costed": limits.costed, "queue_left": len(queue),
+                   "path_costs": best[3]})

@@ -1,0 +1,107 @@
+"""What every search shares: the moves out of a graph, the stopping rules, the result.
+
+A move is one rule applied at one match; a rewrite that would create a cycle or grow
+the graph past the node cap (2x the original, as TASO does) is not a move.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from hlo_opt.ir import Graph
+from hlo_opt.rules.lang import Match, Rule
+
+SATURATED, BUDGET, TIME_LIMIT = "saturated", "budget", "time_limit"
+
+
+@dataclasses.dataclass
+class Result:
+    graph: Graph
+    cost: float
+    applied: list[str]          # rule names along the path from the input to `graph`
+    stop_reason: str            # saturated | budget | time_limit
+    stats: dict
+
+
+def by_op(graph: Graph) -> dict[str, list]:
+    index: dict[str, list] = {}
+    for node in graph.nodes:
+        index.setdefault(node.op, []).append(node)
+    return index
+
+
+def matches(graph: Graph, rules: Sequence[Rule]) -> Iterator[tuple[Rule, Match]]:
+    """Every (rule, match) in `graph`, the op index built once for all rules."""
+    index = by_op(graph)
+    for rule in rules:
+        for m in rule.matches(graph, index):
+            yield rule, m
+
+
+def moves(graph: Graph, rules: Sequence[Rule], max_nodes: int) -> Iterator[tuple[str, Graph]]:
+    """(rule name, rewritten graph) for every applicable move."""
+    for rule, m in matches(graph, rules):
+        new = rule.apply(graph, m)
+        if new is not None and len(new.nodes) <= max_nodes and new.digest != graph.digest:
+            yield rule.name, new
+
+
+class Limits:
+    """A search's budget (graphs costed) and wall-clock limit."""
+
+    def __init__(self, budget: int | None, time_limit: float | None):
+        self.budget, self.time_limit = budget, time_limit
+        self.start = time.perf_counter()
+        self.costed = 0
+
+    def reason(self) -> str | None:
+        if self.budget is not None and self.costed >= self.budget:
+            return BUDGET
+        if self.time_limit is not None and time.perf_counter() - self.start >= self.time_limit:
+            return TIME_LIMIT
+        return None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def remaining(self) -> float | None:
+        return None if self.time_limit is None else max(0.0, self.time_limit - self.elapsed())
+
+
+class Priced:
+    """Costs graphs once each (by structural hash) and counts them against the limits."""
+
+    def __init__(self, cost: Callable[[Graph], float], limits: Limits,
+                 memo: dict[str, float] | None = None):
+        self.fn, self.limits = cost, limits
+        self.memo: dict[str, float] = {} if memo is None else memo
+
+    def within(self, limits: Limits) -> "Priced":
+        """The same prices (shared memo), counted against other limits."""
+        return Priced(self.fn, limits, self.memo)
+
+    def __call__(self, graph: Graph) -> float:
+        key = graph.digest
+        if key not in self.memo:
+            self.memo[key] = float(self.fn(graph))
+            self.limits.costed += 1
+        return self.memo[key]
+
+
+def exhaustive(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], *,
+               max_nodes: int, max_graphs: int = 20000) -> tuple[float, Graph, int] | None:
+    """(least cost, its graph, graphs seen) over every graph reachable by the rules, or
+    None when more than `max_graphs` are reachable (the space is too big to enumerate)."""
+    seen = {graph.digest: graph}
+    todo = [graph]
+    while todo:
+        current = todo.pop()
+        for _, new in moves(current, rules, max_nodes):
+            if new.digest not in seen:
+                seen[new.digest] = new
+                if len(seen) > max_graphs:
+                    return None
+                todo.append(new)
+    best = min(seen.values(), key=cost)
+    return cost(best), best, len(seen)

@@ -1,0 +1,105 @@
+"""Flow-based graph split (MetaFlow Algorithm 2), so each search stays small.
+
+A node's capacity is the number of rule matches that pass through it (the match holds
+the node, one of its parents and one of its children): cutting there loses those
+rewrites. The cheapest vertex cut between the first and last thirds of the graph (in
+topological order) is a max-flow on the node-split graph (networkx). The nodes on the
+source side, cut nodes included, form the first part; the rest the second; each part is
+a graph of its own, its boundary values its outputs or inputs. Parts are split again
+until they have at most `threshold` nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import networkx as nx
+
+from hlo_opt.ir import Graph, Node, Value, copy_nodes, is_constant, subgraph
+from hlo_opt.rules.lang import Rule
+from hlo_opt.search.core import matches
+
+
+def capacities(graph: Graph, rules: Sequence[Rule]) -> dict[Node, int]:
+    cap = {n: 0 for n in graph.nodes}
+    for _, m in matches(graph, rules):
+        inside = m.nodes
+        for node in inside:
+            if any(p in inside for p in node.parents()) and \
+                    any(node in c.parents() for c in inside):
+                cap[node] += 1
+    return cap
+
+
+def min_cut(graph: Graph, rules: Sequence[Rule]) -> tuple[set[Node], set[Node]]:
+    """(first part, cut nodes). The first part is closed under ancestors and holds the
+    cut nodes, so every edge between the parts runs from the first to the second."""
+    nodes = [n for n in graph.nodes if n.op != "input"]
+    cap = capacities(graph, rules)
+    flow = nx.DiGraph()
+    third = max(1, len(nodes) // 3)
+    for node in nodes:
+        # +1: cutting anywhere costs a little, so the cut stays small where nothing matches
+        flow.add_edge(("in", node), ("out", node), capacity=cap[node] + 1)
+        for v in node.inputs:
+            if v.node.op != "input":
+                flow.add_edge(("out", v.node), ("in", node))         # uncuttable
+    for node in nodes[:third]:
+        flow.add_edge("S", ("in", node))
+    for node in nodes[-third:]:
+        flow.add_edge(("out", node), "T")
+    _, (source_side, _) = nx.minimum_cut(flow, "S", "T")
+    cut = {n for n in nodes if ("in", n) in source_side and ("out", n) not in source_side}
+    first = _ancestors({n for n in nodes if ("in", n) in source_side})
+    return first, cut
+
+
+def _ancestors(seeds: set[Node]) -> set[Node]:
+    out, stack = set(), list(seeds)
+    while stack:
+        node = stack.pop()
+        if node in out or node.op == "input":
+            continue
+        out.add(node)
+        stack.extend(node.parents())
+    return out
+
+
+@dataclasses.dataclass
+class Parts:
+    first: Graph                 # original inputs -> boundary values
+    second: Graph                # `feeds` -> the outputs the first part does not compute
+    boundary: list[Value]        # first-part values read later (by the second or as outputs)
+    feeds: list[Value]           # the second part's inputs: original inputs, then boundary
+    produced_first: list[bool]   # per original output: computed in the first part?
+
+
+def cut(graph: Graph, first_nodes: set[Node]) -> Parts:
+    """The two graphs either side of `first_nodes` (ancestor-closed). Constant values
+    the second part reads are recomputed there (XLA folds them), not passed across."""
+    inputs = [n.out() for n in graph.inputs]
+    boundary: list[Value] = []
+    for node in graph.nodes:
+        if node not in first_nodes and node.op != "input":
+            boundary += [v for v in node.inputs if v.node in first_nodes and v not in boundary]
+    boundary += [v for v in graph.outputs if v.node in first_nodes and v not in boundary]
+    first, _ = subgraph(boundary, inputs, keep_constants=False)
+    feeds = inputs + [v for v in boundary if not is_constant(v)]
+    second, _ = subgraph([v for v in graph.outputs if v.node not in first_nodes], feeds,
+                         keep_constants=False)
+    return Parts(first, second, boundary, feeds,
+                 [v.node in first_nodes for v in graph.outputs])
+
+
+def stitch(original: Graph, parts: Parts, first: Graph, second: Graph) -> Graph:
+    """The whole graph again from (optimised) parts with the same interfaces."""
+    env = {a.out(): b.out() for a, b in zip(first.inputs, original.inputs)}
+    copy_nodes([n for n in first.nodes if n.op != "input"], env)
+    made = dict(zip(parts.boundary, [env[v] for v in first.outputs]))
+    made.update((n.out(), n.out()) for n in original.inputs)
+    env = {a.out(): made[v] for a, v in zip(second.inputs, parts.feeds)}
+    copy_nodes([n for n in second.nodes if n.op != "input"], env)
+    rest = iter([env[v] for v in second.outputs])
+    outputs = [made[v] if early else next(rest)
+               for v, early in zip(original.outputs, parts.produced_first)]
+    return Graph(original.inputs, outputs)

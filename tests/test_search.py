@@ -1,0 +1,187 @@
+"""The search: alpha's meaning, the cycle case, the split, the time limit, and the
+optimum on graphs small enough to enumerate (under the deterministic analytic cost)."""
+import collections
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from hlo_opt import capture, cost, emit, rules
+from hlo_opt.rules.library import concat_split, conv
+from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
+from hlo_opt.search import split as splitting
+from hlo_opt.search.core import exhaustive, matches, moves
+from helpers import assert_close
+
+R = np.random.default_rng(2)
+
+
+def _rand(*shape):
+    return jnp.asarray(R.standard_normal(shape), jnp.float32)
+
+
+def _conv(x, w):
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME")
+
+
+def _ops(graph):
+    return collections.Counter(n.op for n in graph.nodes)
+
+
+def toy_cost(graph):
+    """A cost table where enlarging a 1x1 kernel costs more, and merging two convs
+    saves more than that: the optimum lies past a worse graph."""
+    total = 0.0
+    for n in graph.nodes:
+        if n.op == "conv_general_dilated":
+            kh, kw = n.inputs[1].type.shape[2:]
+            total += 1.0 + 0.1 * kh * kw
+        elif n.op != "input":
+            total += 0.05
+    return total
+
+
+ENLARGE_MERGE = [conv.RULES["enlarge-kernel"], concat_split.RULES["merge-convs-shared-input"]]
+
+
+def _enlarge_merge_graph():
+    args = (_rand(1, 4, 6, 6), _rand(5, 4, 1, 1), _rand(3, 4, 3, 3))
+    return capture.capture(lambda x, a, b: (_conv(x, a), _conv(x, b)), args).graph, args
+
+
+def test_alpha_above_one_passes_through_a_worse_graph_to_the_optimum():
+    g, args = _enlarge_merge_graph()
+    r = search(g, ENLARGE_MERGE, toy_cost, algorithm="backtracking", alpha=1.5,
+               split_threshold=None, time_limit=None, budget=200)
+    assert _ops(r.graph)["conv_general_dilated"] == 1
+    assert r.applied[:2] == ["enlarge-kernel", "merge-convs-shared-input"]
+    assert r.cost < toy_cost(g) and r.stop_reason == SATURATED
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-5)
+
+
+def test_alpha_one_never_accepts_a_worse_intermediate():
+    g, _ = _enlarge_merge_graph()
+    r = search(g, ENLARGE_MERGE, toy_cost, algorithm="greedy", split_threshold=None,
+               time_limit=None, budget=200)
+    assert r.graph is g and r.applied == []           # the way to the optimum goes uphill
+    path = r.stats["path_costs"]
+    assert all(b < a for a, b in zip(path, path[1:]))
+    g2 = capture.capture(lambda x, a, b: (jnp.tanh(x @ a) + jnp.tanh(x @ b)),
+                         (_rand(2, 3), _rand(3, 4), _rand(3, 4))).graph
+    r2 = search(g2, rules.ALL, toy_cost, algorithm="greedy", split_threshold=None,
+                time_limit=None, budget=300)
+    assert all(b < a for a, b in zip(r2.stats["path_costs"], r2.stats["path_costs"][1:]))
+
+
+def test_the_cycle_case_is_no_move():
+    g = capture.capture(lambda A, B: A @ jax.nn.relu(A @ B), (_rand(4, 4), _rand(4, 4))).graph
+    merge = [concat_split.RULES["merge-dots-shared-lhs"]]
+    assert list(matches(g, merge)) and not list(moves(g, merge, max_nodes=100))
+
+
+def _resnet_like(blocks):
+    def f(x, *ws):
+        for i in range(blocks):
+            y = jax.nn.relu(_conv(x, ws[2 * i]))
+            x = jax.nn.relu(_conv(y, ws[2 * i + 1]) + x)
+        return x
+    args = [_rand(1, 4, 8, 8)] + [_rand(4, 4, 3, 3) for _ in range(2 * blocks)]
+    return capture.capture(f, args).graph, args
+
+
+def test_the_split_keeps_every_match_that_lies_inside_a_part():
+    g, _ = _resnet_like(4)
+    first_nodes, cut = splitting.min_cut(g, rules.ALL)
+    assert cut and 0 < len(first_nodes) < len(g.nodes)
+    parts = splitting.cut(g, first_nodes)
+    inside_first = collections.Counter()
+    inside_second = collections.Counter()
+    for rule, m in matches(g, rules.ALL):
+        if m.nodes <= first_nodes:
+            inside_first[rule.name] += 1
+        elif not m.nodes & first_nodes:
+            inside_second[rule.name] += 1
+    got_first = collections.Counter(r.name for r, _ in matches(parts.first, rules.ALL))
+    got_second = collections.Counter(r.name for r, _ in matches(parts.second, rules.ALL))
+    assert all(got_first[k] >= v for k, v in inside_first.items())
+    assert all(got_second[k] >= v for k, v in inside_second.items())
+
+
+def test_split_search_stitches_a_graph_that_computes_the_same():
+    g, args = _resnet_like(6)
+    model = cost.Analytic()
+    r = search(g, rules.ALL, lambda h: model.cost(h, range(1, len(args))).total,
+               split_threshold=20, time_limit=30, budget=400)
+    assert r.stats["parts"] >= 2
+    assert r.cost <= model.cost(g, range(1, len(args))).total
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
+
+
+def test_time_limit_is_honoured_within_ten_percent():
+    g, _ = _resnet_like(6)
+
+    def slow(h):
+        time.sleep(0.01)
+        return toy_cost(h)
+    start = time.perf_counter()
+    r = search(g, rules.ALL, slow, algorithm="backtracking", alpha=1.5, time_limit=1.0,
+               budget=None, split_threshold=None)
+    assert r.stop_reason == TIME_LIMIT
+    assert time.perf_counter() - start <= 1.1
+
+
+def test_budget_stops_the_search():
+    g, _ = _resnet_like(2)
+    r = search(g, rules.ALL, toy_cost, algorithm="sampling", budget=15, time_limit=None,
+               split_threshold=None)
+    assert r.stop_reason == BUDGET and r.stats["costed"] <= 16
+
+
+def test_unknown_algorithm_is_refused():
+    g, _ = _resnet_like(1)
+    with pytest.raises(ValueError, match="unknown search algorithm"):
+        search(g, rules.ALL, toy_cost, algorithm="annealing")
+
+
+# The optimum on graphs small enough to enumerate. Commutation and association do not
+# change any cost and multiply the space, so these enumerate the other rules, and both
+# the enumeration and the search stay within 1.6x the original node count.
+MOVES = [r for r in rules.ALL if r.family != "algebra"]
+GROWTH = 1.6
+
+
+def _cases():
+    def qkv(x, a, b, c):
+        return jax.nn.relu(x @ a), jnp.tanh(x @ b), x @ c
+    def pair(x, h, a, b):
+        return jnp.tanh(x @ a + h @ b)
+    def block(x, w1, w2):
+        return jax.nn.relu(_conv(jax.nn.relu(_conv(x, w1)), w2) + x)
+    def inception(x, a, b):
+        return jnp.concatenate([_conv(x, a), _conv(x, b)], 1)
+    return {
+        "qkv": (qkv, (_rand(8, 16), _rand(16, 16), _rand(16, 16), _rand(16, 16)), 1),
+        "nasrnn-pair": (pair, (_rand(1, 8), _rand(1, 8), _rand(8, 8), _rand(8, 8)), 2),
+        "resnet-block": (block, (_rand(1, 4, 8, 8), _rand(4, 4, 3, 3), _rand(4, 4, 3, 3)), 1),
+        "inception-pair": (inception, (_rand(1, 4, 8, 8), _rand(4, 4, 1, 1), _rand(2, 4, 3, 3)), 1),
+    }
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_default_search_finds_the_enumerated_optimum(name):
+    fn, args, first_frozen = _cases()[name]
+    g = capture.capture(fn, args).graph
+    model = cost.Analytic()
+    frozen = range(first_frozen, len(args))
+
+    def price(h):
+        return model.cost(h, frozen).total
+    best = exhaustive(g, MOVES, price, max_nodes=int(GROWTH * len(g.nodes)) + 1,
+                      max_graphs=5000)
+    assert best is not None, "too many graphs to enumerate"
+    r = search(g, MOVES, price, time_limit=60, budget=None, max_growth=GROWTH)
+    assert r.cost <= best[0] * (1 + 1e-9)
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
