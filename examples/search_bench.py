@@ -35,7 +35,6 @@ from hlo_opt.search.core import exhaustive
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
 flags.DEFINE_list("algorithms", ["greedy", "backtracking", "sampling"], "Algorithms.")
-flags.DEFINE_float("time_limit", 10.0, "Seconds per search.")
 flags.DEFINE_integer("split_threshold", 150, "Node count above which the split is used.")
 flags.DEFINE_integer("exact_cases", 40, "Random small graphs for the exactness check.")
 flags.DEFINE_bool("scaling", True, "Run the scaling series.")
@@ -43,6 +42,7 @@ flags.DEFINE_string("cost", "measured", "Cost model: measured or analytic.")
 flags.DEFINE_string("out", "results", "Directory for search_bench.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's search_bench section.")
 FLAGS = flags.FLAGS
+TIME_LIMIT = 10.0       # seconds per search unless --time_limit (bench.py's flag) says
 
 MOVES = [r for r in rules.ALL if r.family != "algebra"]   # for enumeration: see exactness()
 GROWTH = 1.6            # node cap of enumeration and search alike, so the space is finite
@@ -55,7 +55,7 @@ def priced(model, graph, n_frozen):
 
 def one_search(graph, price, algorithm, split):
     tracemalloc.start()
-    r = search(graph, rules.ALL, price, algorithm=algorithm, time_limit=FLAGS.time_limit,
+    r = search(graph, rules.ALL, price, algorithm=algorithm, time_limit=FLAGS.time_limit or TIME_LIMIT,
                budget=None, split_threshold=FLAGS.split_threshold if split else None)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -177,7 +177,7 @@ def markdown(rows, series, exact, env) -> str:
     lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
              f"{env['date']}, by `{bench.command_line()}`; cost model: {FLAGS.cost}, "
-             f"weights frozen, warm cache; time limit {FLAGS.time_limit:g} s per search.", "",
+             f"weights frozen, warm cache; time limit {FLAGS.time_limit or TIME_LIMIT:g} s per search.", "",
              "| model | nodes | algorithm | split | predicted speed-up | seconds | graphs costed "
              "| peak MiB | stop |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:

@@ -49,9 +49,21 @@ class CostModel:
     """Prices kernels; `cost` partitions a graph and sums."""
 
     platform = "cpu"
+    _seen: dict | None = None
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         raise NotImplementedError
+
+    def _price(self, kernel: Kernel) -> float:
+        """`kernel_seconds`, remembered by the kernel's node objects: graphs met in a
+        search share every node their rewrite left alone, so most of a candidate's
+        kernels were priced with its parent."""
+        if self._seen is None:
+            self._seen = {}
+        key = (kernel.nodes, kernel.inputs, kernel.outputs)
+        if key not in self._seen:
+            self._seen[key] = self.kernel_seconds(kernel)
+        return self._seen[key]
 
     def cost(self, graph: Graph, frozen: Iterable[int] = ()) -> Cost:
         fixed = weight_only(graph, frozen)
@@ -59,7 +71,7 @@ class CostModel:
         priced = []
         for kernel in kernels:
             pre = all(v.node in fixed for v in kernel.inputs)
-            priced.append(KernelCost(kernel, 0.0 if pre else self.kernel_seconds(kernel), pre))
+            priced.append(KernelCost(kernel, 0.0 if pre else self._price(kernel), pre))
         self.done()
         return Cost(sum(k.seconds for k in priced), tuple(priced))
 
