@@ -267,6 +267,19 @@ def markers(section: str) -> tuple[str, str]:
     return f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
 
 
+def write_report(name: str, payload: dict, text: str, out: str, readme: bool) -> None:
+    """`out`/`name`.json (the payload) and .md (the text); with `readme`, the text also
+    replaces the README's `name` section. Prints the text."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(text)
+    if readme:
+        rewrite_readme(name, text)
+    print(text)
+
+
 def rewrite_readme(section: str, text: str, path: str = README) -> None:
     """Replace what stands between the README's markers of `section` by `text`."""
     with open(path) as f:

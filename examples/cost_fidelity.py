@@ -16,8 +16,6 @@ Also: how long pricing a model's kernels takes from a cold and from a warm cache
 from __future__ import annotations
 
 import functools
-import json
-import os
 import statistics
 import tempfile
 import time
@@ -265,15 +263,9 @@ def main(argv):
               f"speed-up error median {r['speedup_error_median']:.0%}", flush=True)
     cases = sign_cases(model) if FLAGS.cases else []
     env = bench.environment()
-    os.makedirs(FLAGS.out, exist_ok=True)
-    with open(os.path.join(FLAGS.out, "cost_fidelity.json"), "w") as f:
-        json.dump({"environment": env, "models": records, "sign_cases": cases}, f, indent=1)
-    text = markdown(records, cases, env)
-    with open(os.path.join(FLAGS.out, "cost_fidelity.md"), "w") as f:
-        f.write(text)
-    if FLAGS.readme:
-        bench.rewrite_readme("cost_fidelity", text)
-    print(text)
+    payload = {"environment": env, "models": records, "sign_cases": cases}
+    bench.write_report("cost_fidelity", payload, markdown(records, cases, env), FLAGS.out,
+                       FLAGS.readme)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ from jax import lax
 from hlo_opt.rules.library import conv as C
 from hlo_opt.rules.library import layout as L
 from hlo_opt.rules.lang import Fn, Guard, Pat, Rule, RuleSet, Sym, tensors
-from hlo_opt.rules.library.common import (binary, concat, dot, is_slice_of, is_zero,
-                                          same_params, scalar, slice_along, unary)
+from hlo_opt.rules.library.common import (adjacent_halves, binary, concat, dot, is_zero,
+                                          same_params, scalar, slice_along, slice_covers,
+                                          unary)
 
 x, y, z, a, b, c, d, h, s, w = tensors("x y z a b c d h s w")
 
@@ -76,17 +77,6 @@ _dc = dot(concat(x, h, dim=1), concat(a, b, dim=0))
 _cv = Pat("conv_general_dilated", x, concat(a, b, dim=0))
 
 
-def _covers(which):
-    def test(m):
-        k = m[ax]
-        lo = 0 if which is x else m.shape(x)[k]
-        return is_slice_of(m, _sl, _cat, k, lo, lo + m.shape(which)[k])
-    return Guard(f"slice-is-{which.name}", test)
-
-
-def _halves(m) -> bool:
-    k, cut = m[ax], m.shape(_lo)[m[ax]]
-    return is_slice_of(m, _lo, x, k, 0, cut) and is_slice_of(m, _hi, x, k, cut, m.shape(x)[k])
 
 
 def _axis_cases(n):
@@ -109,13 +99,13 @@ CONCAT = [
           guards=[Guard("two-pieces", lambda m: len(m.params(_sp)["sizes"]) == 2)], cases=4),
     axiom("slice-concat-left", _sl, x,
           lambda n: (lambda x, y: _slice(_cat2(x, y, n % 2), n % 2, 0, x.shape[n % 2]),
-                     _axis_cases(n)[0]), guards=[_covers(x)], cases=4),
+                     _axis_cases(n)[0]), guards=[slice_covers(_sl, _cat, x, x, ax)], cases=4),
     axiom("slice-concat-right", _sl, y,
           lambda n: (lambda x, y: _slice(_cat2(x, y, n % 2), n % 2, x.shape[n % 2], None),
-                     _axis_cases(n)[0]), guards=[_covers(y)], cases=4),
+                     _axis_cases(n)[0]), guards=[slice_covers(_sl, _cat, x, y, ax)], cases=4),
     axiom("concat-slices", Pat("concatenate", _lo, _hi, dimension=ax), x,
           lambda n: (lambda x: _cat2(_slice(x, n % 2, 0, 1), _slice(x, n % 2, 1, None), n % 2)
-                     * 2, [(3, 2)]), guards=[Guard("adjacent-halves", _halves)], cases=4),
+                     * 2, [(3, 2)]), guards=[adjacent_halves(_lo, _hi, x, ax)], cases=4),
     axiom("unary-concat", Pat(f, _cat), concat(Pat(f, x), Pat(f, y), dim=ax),
           lambda n: (lambda x, y: jnp.tanh(_cat2(x, y, n % 2)), _axis_cases(n)[0]), cases=4),
     axiom("binary-concat", Pat(g, concat(a, b, dim=ax), concat(c, d, dim=ax)),

@@ -63,6 +63,8 @@ def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], 
     else:
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
                                algorithm)
+    if result.cost > start_cost:     # parts searched apart can lose in the whole: never worse
+        result = Result(graph, start_cost, [], result.stop_reason, result.stats)
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
                         costed=limits.costed, algorithm=algorithm)
     if show:
@@ -110,6 +112,8 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         return r.graph
 
     stitched = solve(shape)
+    if priced(stitched) > priced(graph):      # parts' gains can be the whole's losses
+        stitched = graph                      # (a fusion across the cut undone)
     across = Limits(STITCH_BUDGET, limits.remaining())
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes)

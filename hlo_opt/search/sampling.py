@@ -1,10 +1,12 @@
 """Sampling search (OCGGS Algorithm 3): polynomial time on large graphs.
 
-Each round keeps up to `q` graphs. From each, `q` moves are drawn at random and costed;
-a move that lowers the cost is kept. A move that does not is explored `eta` moves
-further (again `q` random moves each), so sequences that go up in cost before they come
-down (enlarge, then merge) are still found. The round's best `q` improvements are the
-next round's graphs; when a round finds none, the search is saturated (for its samples).
+Each round draws `q` moves at random from all the moves out of the current graphs (at
+most `q` of them) and costs them; a move that lowers the cost of the graph it left is
+kept. A move that does not is followed by up to `eta` more random moves, so sequences
+that go up in cost before they come down (enlarge, then merge) are still found. The
+round's best `q` improvements are the next round's graphs; a round costs at most
+`q * (1 + eta)` graphs, and when it finds no improvement the search stops (saturated,
+for its samples).
 """
 from __future__ import annotations
 
@@ -16,13 +18,9 @@ from hlo_opt.rules.lang import Rule
 from hlo_opt.search.core import SATURATED, Limits, Priced, Result, matches
 
 
-def _sample_moves(graph: Graph, rules: Sequence[Rule], q: int, max_nodes: int,
-                  rng: random.Random):
-    found = list(matches(graph, rules))
-    for rule, m in rng.sample(found, min(q, len(found))):
-        new = rule.apply(graph, m)
-        if new is not None and len(new.nodes) <= max_nodes:
-            yield rule.name, new
+def _apply(rule, m, graph, max_nodes):
+    new = rule.apply(graph, m)
+    return new if new is not None and len(new.nodes) <= max_nodes else None
 
 
 def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
@@ -33,22 +31,27 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
     seen = {graph.digest}
     reason = None
     while not (reason := limits.reason()):
+        pool = [(c, g, p, rule, m) for c, g, p in frontier for rule, m in matches(g, rules)]
         improved = []
-        for base_cost, current, path in frontier:
-            stack = [(current, path, 0)]
-            while stack and not (reason := limits.reason()):
-                g, p, depth = stack.pop()
-                for name, new in _sample_moves(g, rules, q, max_nodes, rng):
-                    if new.digest in seen:
-                        continue
-                    seen.add(new.digest)
-                    c = cost(new)
-                    if c < base_cost:
-                        improved.append((c, new, p + [name]))
-                    elif depth < eta:
-                        stack.append((new, p + [name], depth + 1))
-                    if (reason := limits.reason()):
-                        break
+        for base, g, path, rule, m in rng.sample(pool, min(q, len(pool))):
+            current, steps = _apply(rule, m, g, max_nodes), [rule.name]
+            for depth in range(eta + 1):
+                if current is None or current.digest in seen:
+                    break
+                seen.add(current.digest)
+                c = cost(current)
+                if c < base:
+                    improved.append((c, current, path + steps))
+                    break
+                if depth == eta or (reason := limits.reason()):
+                    break
+                options = list(matches(current, rules))
+                if not options:
+                    break
+                rule2, m2 = rng.choice(options)
+                current, steps = _apply(rule2, m2, current, max_nodes), steps + [rule2.name]
+            if reason or (reason := limits.reason()):
+                break
         if improved:
             improved.sort(key=lambda t: t[0])
             frontier = improved[:q]

@@ -104,3 +104,21 @@ def conv_axes(m, conv) -> tuple[int, int, int, int]:
     """(input feature axis, kernel out axis, kernel in axis, output feature axis)."""
     dn = m.params(conv)["dimension_numbers"]
     return dn.lhs_spec[1], dn.rhs_spec[0], dn.rhs_spec[1], dn.out_spec[1]
+
+
+def slice_covers(sl, cat, x, which, ax) -> Guard:
+    """Slice `sl` of `cat = concat(x, y)` along `ax` takes exactly the operand `which`."""
+    def test(m):
+        k = m[ax]
+        lo = 0 if which is x else m.shape(x)[k]
+        return is_slice_of(m, sl, cat, k, lo, lo + m.shape(which)[k])
+    return Guard(f"slice-is-{which.name}", test)
+
+
+def adjacent_halves(lo, hi, x, ax) -> Guard:
+    """Slices `lo` and `hi` of `x` along `ax` are x[:k] and x[k:]."""
+    def test(m):
+        k = m[ax]
+        cut = m.shape(lo)[k]
+        return is_slice_of(m, lo, x, k, 0, cut) and is_slice_of(m, hi, x, k, cut, m.shape(x)[k])
+    return Guard("adjacent-halves", test)

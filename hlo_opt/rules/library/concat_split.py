@@ -8,8 +8,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from hlo_opt.rules.lang import Fn, Guard, Pat, Rule, RuleSet, Sym, tensors
-from hlo_opt.rules.library.common import (binary, concat, dot, is_slice_of, rank, same_params,
-                                          slice_along, split2, unary)
+from hlo_opt.rules.library.common import (adjacent_halves, binary, concat, dot, rank,
+                                          same_params, slice_along, slice_covers, split2,
+                                          unary)
 
 x, y, z, a, b, c, d, h, w = tensors("x y z a b c d h w")
 ax = Sym("ax")
@@ -96,21 +97,6 @@ def _split_matches_concat(m) -> bool:
     return tuple(m.params(_sp)["sizes"]) == (m.shape(x)[k], m.shape(y)[k])
 
 
-def _covers(which):
-    def test(m):
-        k = m[ax]
-        lo = 0 if which is x else m.shape(x)[k]
-        return is_slice_of(m, _sl, _xy, k, lo, lo + m.shape(which)[k])
-    return Guard(f"slice-is-{which.name}", test)
-
-
-def _adjacent_halves(m) -> bool:
-    k = m.syms["ax"]
-    n = m.shape(x)[k]
-    cut = m.shape(_left)[k]
-    return is_slice_of(m, _left, x, k, 0, cut) and is_slice_of(m, _right, x, k, cut, n)
-
-
 CANCEL = [
     Rule("split-of-concat", "concat_split", [_sp[0], _sp[1]], [x, y],
          guards=[Guard("sizes-match", _split_matches_concat)],
@@ -121,17 +107,19 @@ CANCEL = [
          guards=[Guard("two-pieces", lambda m: len(m.params(_whole_split)["sizes"]) == 2)],
          identity="concat(split(x)) -> x",
          example=lambda n: (lambda x: _cat_split(x, n % 2) * 2, [(4, 2 * n + 2)])),
-    Rule("slice-of-concat-left", "concat_split", _sl, x, guards=[_covers(x)],
+    Rule("slice-of-concat-left", "concat_split", _sl, x,
+         guards=[slice_covers(_sl, _xy, x, x, ax)],
          identity="concat(x,y)[:len(x)] -> x",
          example=lambda n: (lambda x, y: _slice_cat(x, y, n % 2, True),
                             [(3, n + 1), (3, 2)] if n % 2 else [(n + 1, 2), (3, 2)])),
-    Rule("slice-of-concat-right", "concat_split", _sl, y, guards=[_covers(y)],
+    Rule("slice-of-concat-right", "concat_split", _sl, y,
+         guards=[slice_covers(_sl, _xy, x, y, ax)],
          identity="concat(x,y)[len(x):] -> y",
          example=lambda n: (lambda x, y: _slice_cat(x, y, n % 2, False),
                             [(3, n + 1), (3, 2)] if n % 2 else [(n + 1, 2), (3, 2)])),
     Rule("concat-of-slices", "concat_split",
          Pat("concatenate", _left, _right, dimension=ax), x,
-         guards=[Guard("adjacent-halves", _adjacent_halves)],
+         guards=[adjacent_halves(_left, _right, x, ax)],
          identity="concat(x[:k], x[k:]) -> x",
          example=lambda n: (lambda x: _halves(x, n % 2) * 2, [(n + 2, n + 3)])),
     Rule("split-to-slices", "concat_split", [_split_x[0], _split_x[1]],
