@@ -26,7 +26,6 @@ import z3
 
 from hlo_opt import capture, emit, ops
 from hlo_opt.ir import Graph, Node, TensorType, Value, replace, subgraph
-from hlo_opt.params import Params
 from hlo_opt.rules.lang import Match, Rule, RuleError
 
 ROUNDS = 3                 # axiom instantiation depth
