@@ -26,7 +26,7 @@ def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits,
     reason = None
     while queue and not (reason := limits.reason()):
         _, _, current, path, costs = heapq.heappop(queue)
-        for name, new in moves(current, rules, max_nodes):
+        for name, new in moves(current, rules, max_nodes, limits):
             if new.digest in seen:
                 continue
             seen.add(new.digest)

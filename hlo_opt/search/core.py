@@ -31,17 +31,22 @@ def by_op(graph: Graph) -> dict[str, list]:
     return index
 
 
-def matches(graph: Graph, rules: Sequence[Rule]) -> Iterator[tuple[Rule, Match]]:
-    """Every (rule, match) in `graph`, the op index built once for all rules."""
+def matches(graph: Graph, rules: Sequence[Rule],
+            limits: "Limits | None" = None) -> Iterator[tuple[Rule, Match]]:
+    """Every (rule, match) in `graph`, the op index built once for all rules; with
+    `limits`, none after they run out (matching a large graph takes seconds)."""
     index = by_op(graph)
     for rule in rules:
+        if limits is not None and limits.reason():
+            return
         for m in rule.matches(graph, index):
             yield rule, m
 
 
-def moves(graph: Graph, rules: Sequence[Rule], max_nodes: int) -> Iterator[tuple[str, Graph]]:
+def moves(graph: Graph, rules: Sequence[Rule], max_nodes: int,
+          limits: "Limits | None" = None) -> Iterator[tuple[str, Graph]]:
     """(rule name, rewritten graph) for every applicable move."""
-    for rule, m in matches(graph, rules):
+    for rule, m in matches(graph, rules, limits):
         new = rule.apply(graph, m)
         if new is not None and len(new.nodes) <= max_nodes and new.digest != graph.digest:
             yield rule.name, new
@@ -54,13 +59,20 @@ class Limits:
         self.budget, self.time_limit = budget, time_limit
         self.start = time.perf_counter()
         self.costed = 0
+        self.step = 0.0          # a candidate's recent cost to make and price (decaying max)
 
     def reason(self) -> str | None:
+        """Why to stop now, if so. The time limit counts the next candidate as already
+        spent: on a graph of a thousand nodes one candidate can take a second or more,
+        and starting it late would overrun the limit by that much."""
         if self.budget is not None and self.costed >= self.budget:
             return BUDGET
-        if self.time_limit is not None and time.perf_counter() - self.start >= self.time_limit:
+        if self.time_limit is not None and self.elapsed() + self.step >= self.time_limit:
             return TIME_LIMIT
         return None
+
+    def took(self, seconds: float) -> None:
+        self.step = max(seconds, 0.7 * self.step)    # one slow outlier (a cold kernel) fades
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -76,6 +88,7 @@ class Priced:
                  memo: dict[str, float] | None = None):
         self.fn, self.limits = cost, limits
         self.memo: dict[str, float] = {} if memo is None else memo
+        self._last: float | None = None
 
     def within(self, limits: Limits) -> "Priced":
         """The same prices (shared memo), counted against other limits."""
@@ -84,8 +97,13 @@ class Priced:
     def __call__(self, graph: Graph) -> float:
         key = graph.digest
         if key not in self.memo:
+            start = time.perf_counter()
             self.memo[key] = float(self.fn(graph))
             self.limits.costed += 1
+            # the time since the last costing: applying the move, then pricing it
+            now = time.perf_counter()
+            self.limits.took(now - min(start, self._last or start))
+            self._last = now
         return self.memo[key]
 
 

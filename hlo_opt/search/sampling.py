@@ -31,7 +31,8 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
     seen = {graph.digest}
     reason = None
     while not (reason := limits.reason()):
-        pool = [(c, g, p, rule, m) for c, g, p in frontier for rule, m in matches(g, rules)]
+        pool = [(c, g, p, rule, m) for c, g, p in frontier
+                for rule, m in matches(g, rules, limits)]
         improved = []
         for base, g, path, rule, m in rng.sample(pool, min(q, len(pool))):
             current, steps = _apply(rule, m, g, max_nodes), [rule.name]
@@ -45,7 +46,7 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
                     break
                 if depth == eta or (reason := limits.reason()):
                     break
-                options = list(matches(current, rules))
+                options = list(matches(current, rules, limits))
                 if not options:
                     break
                 rule2, m2 = rng.choice(options)
