@@ -4,6 +4,8 @@ instantiates it; each is validated by symbolic execution on small tensors (verif
 Every example keeps every dim at 3 or below and walks the param values that fit."""
 from __future__ import annotations
 
+import itertools
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -157,8 +159,8 @@ _ci = Pat("conv_general_dilated", L.t(x, perm), w)
 _ck = Pat("conv_general_dilated", x, L.t(w, perm))
 _co = L.t(Pat("conv_general_dilated", x, w), perm)
 _PERMS = [(1, 0), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]    # no identity
-_PAIRS = [((1, 0), (1, 0)), ((1, 2, 0), (2, 0, 1)), ((0, 2, 1), (1, 0, 2)),
-          ((2, 1, 0), (0, 2, 1)), ((1, 0, 2), (1, 2, 0)), ((2, 0, 1), (2, 0, 1))]
+_PAIRS = [(p, q) for r in (2, 3) for p in itertools.permutations(range(r))
+          for q in itertools.permutations(range(r))]       # every pair of rank 2 and 3
 _P4 = [(0, 2, 3, 1), (0, 3, 1, 2), (1, 0, 2, 3), (3, 2, 1, 0), (2, 3, 1, 0)]
 
 
@@ -168,8 +170,8 @@ def _shape(p):
 
 LAYOUT = [
     axiom("transpose-compose", _t2, L.t(x, Fn(lambda m: L.compose(m.syms["p"], m.syms["q"]))),
-          lambda n: (lambda x: lax.transpose(lax.transpose(x, _PAIRS[n][0]), _PAIRS[n][1]) * 2,
-                     [_shape(_PAIRS[n][0])]), cases=6),
+          lambda n: (lambda x: _bind_t(_bind_t(x, _PAIRS[n][0]), _PAIRS[n][1]) * 2,
+                     [_shape(_PAIRS[n][0])]), cases=len(_PAIRS)),
     axiom("transpose-id", L.t(x, perm), x,
           lambda n: (lambda x: lax.transpose_p.bind(x, permutation=(0, 1, 2)[:n + 2]) * 2,
                      [(2, 3, 1)[:n + 2]]),
@@ -187,6 +189,12 @@ LAYOUT = [
           lambda n: (lambda x, y: jnp.concatenate([lax.transpose(x, _PERMS[1 + n % 5]),
                                                    lax.transpose(y, _PERMS[1 + n % 5])], n % 3),
                      [(1, 2, 1), (1, 2, 1)]), cases=6),
+    axiom("transpose-slice", L._ts, L.t(Pat("slice", L.x, like=L._ts,
+                                            start_indices=Fn(L.unpermuted("start_indices")),
+                                            limit_indices=Fn(L.unpermuted("limit_indices")),
+                                            strides=Fn(L.unpermuted("strides"))), L.perm),
+          lambda n: (lambda x: _tslice(x, _PERMS[n], n), [(2, 3, 2)[:len(_PERMS[n])]]),
+          cases=6),
     axiom("transpose-reduce", _red,
           L.t(Pat("reduce_sum", x, axes=Fn(L.reduce_axes), like=_red), Fn(L.reduce_perm)),
           lambda n: (lambda x: lax.transpose(x, _PERMS[1 + n % 5]).sum((n % 3,) if n < 5 else (0, 2)),
@@ -275,6 +283,19 @@ CONVOLUTION = [
 
 def _convn(x, w, n):
     return lax.conv_general_dilated(x, w, (1, 1), ("VALID", "SAME", ((1, 0), (0, 1)))[n % 3])
+
+
+def _bind_t(x, p):
+    """A transpose even when p is the identity (lax.transpose would skip it)."""
+    return lax.transpose_p.bind(x, permutation=tuple(p))
+
+
+def _tslice(x, p, n):
+    """A slice (strided on odd n) of x transposed by p: off the first row, and every
+    other element of the last axis."""
+    y = lax.transpose(x, p)
+    strides = None if n % 2 == 0 else (1,) * (y.ndim - 1) + (2,)
+    return lax.slice(y, (1,) + (0,) * (y.ndim - 1), y.shape, strides)
 
 
 def _unpermute(shape, p):

@@ -6,11 +6,11 @@ rewrites one.
     d1, d2 = Pat("dot_general", x, a), Pat("dot_general", x, b)
     merged = Pat("dot_general", x, Pat("concatenate", a, b, dimension=1), like=d1)
     sizes = Fn(lambda m: (m.shape(a)[1], m.shape(b)[1]))
-    Rule("merge-dots-shared-lhs", "concat_split", src=[d1, d2],
-         tgt=[Pat("split", merged, axis=1, sizes=sizes, index=i) for i in (0, 1)],
-         guards=[plain_dot(d1), same_params(d1, d2)])
+    pieces = Pat("split", merged, axis=1, sizes=sizes)
+    Rule("merge-dots-shared-lhs", "concat_split", src=[d1, d2], tgt=[pieces[0], pieces[1]],
+         guards=[same_params(d1, d2)])
 
-Patterns are DAGs: a `Pat` object used twice stands for one value, and so does a tensor
+The pattern pieces live in `pattern.py` and are re-exported here. Patterns are DAGs: a `Pat` object used twice stands for one value, and so does a tensor
 variable. A source `Pat` constrains the params it names (a value, or a `Sym` bound on
 first use and compared after) and leaves the rest free; a target `Pat` takes its params
 from `like=` (a source node's params), then from its keywords (values, `Sym`s, or `Fn`s
@@ -28,118 +28,17 @@ import numpy as np
 
 from hlo_opt import ops
 from hlo_opt.ir import Graph, Node, TensorType, Value, replace
+from hlo_opt.rules.pattern import (Build, Const, Fn, OpVar, Pat, Proj, Sym, Tensor,
+                                   tensors, walk)
+
+__all__ = ["Build", "Const", "Fn", "Guard", "Match", "OpVar", "Pat", "Proj", "Rule",
+           "RuleError", "RuleSet", "Sym", "Tensor", "tensors", "walk"]
 
 FAMILIES = ("algebra", "concat_split", "layout", "conv", "fusion", "axiom")
 
 
 class RuleError(ValueError):
     """A rule that cannot be built or that produced ill-typed output; names the rule."""
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Tensor:
-    """A tensor variable: matches any value (the same value at every use)."""
-    name: str
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def tensors(names: str) -> tuple[Tensor, ...]:
-    return tuple(Tensor(n) for n in names.split())
-
-
-@dataclasses.dataclass(frozen=True)
-class Sym:
-    """A param variable: binds a param's value in the source, reads it in the target."""
-    name: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Fn:
-    """A target param computed from the match."""
-    fn: Callable[["Match"], Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class OpVar:
-    """An op variable: matches any op in `choices`, the same op at every use."""
-    name: str
-    choices: frozenset[str]
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Const:
-    """A target scalar constant, in the dtype of `like`."""
-    value: float
-    like: "Tensor | Pat"
-
-    @property
-    def inputs(self):
-        return ()
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Build:
-    """A target value built by `fn(match)` with `ops.make` (for targets whose size
-    depends on the match, such as a block-diagonal kernel with one block per group)."""
-    fn: Callable[["Match"], Value]
-
-    @property
-    def inputs(self):
-        return ()
-
-
-class Pat:
-    """One node of a pattern (source or target); `index` picks an output, and
-    `pat[i]` is output i of the same node (a split's pieces)."""
-
-    def __init__(self, op: str | OpVar, *inputs: "Pat | Tensor", index: int = 0,
-                 like: "Pat | None" = None, **params):
-        self.op, self.inputs, self.index = op, inputs, index
-        self.like, self.params = like, params
-        self._outs: dict[int, Proj] = {}
-
-    def __repr__(self) -> str:
-        op = self.op if isinstance(self.op, str) else f"<{self.op.name}>"
-        args = ", ".join(map(repr, self.inputs))
-        return f"{op}({args})" + (f"[{self.index}]" if self.index else "")
-
-    def __getitem__(self, index: int) -> "Pat | Proj":
-        if index == self.index:
-            return self
-        return self._outs.setdefault(index, Proj(self, index))   # one object per output
-
-    def walk(self) -> Iterator:
-        return walk(self)
-
-
-def walk(pattern) -> Iterator:
-    """A pattern's nodes and variables, each once, children first."""
-    seen: set[int] = set()
-
-    def go(p):
-        if id(p) in seen:
-            return
-        seen.add(id(p))
-        for q in getattr(p, "inputs", ()):
-            yield from go(q)
-        yield p
-    yield from go(pattern)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Proj:
-    """Output `index` of the node `base` matches (or builds)."""
-    base: Pat
-    index: int
-
-    @property
-    def inputs(self):
-        return (self.base,)
-
-    def __repr__(self) -> str:
-        return f"{self.base!r}[{self.index}]"
 
 
 @dataclasses.dataclass(frozen=True)

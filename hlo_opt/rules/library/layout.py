@@ -52,6 +52,22 @@ _tf = t(Pat(f, x), perm)
 _tg = t(Pat(g, x, y), perm)
 
 
+_ts = Pat("slice", t(x, perm))
+
+
+def unpermuted(key):
+    """slice(t(x, perm)) at `_ts`: its `key` param (per axis of t(x)) per axis of x."""
+    def value(m):
+        per_axis = m.params(_ts)[key]
+        if per_axis is None:
+            return None
+        out = [0] * len(per_axis)
+        for i, j in enumerate(m[perm]):
+            out[j] = per_axis[i]
+        return tuple(out)
+    return value
+
+
 def _moved(v, axis_sym, p) -> Fn:
     return Fn(lambda m: m[p][m[axis_sym]])
 
@@ -83,6 +99,12 @@ BASIC = [
          guards=[Guard("same-shapes", lambda m: m.shape(x) == m.shape(y))],
          identity="t(g(x,y)) -> g(t(x), t(y))",
          example=lambda n: (lambda x, y: _binary(n)(x, y).T, [(n + 1, 2)] * 2)),
+    Rule("transpose-through-slice", "layout", _ts, t(Pat("slice", x, like=_ts,
+                                                      start_indices=Fn(unpermuted("start_indices")),
+                                                      limit_indices=Fn(unpermuted("limit_indices")),
+                                                      strides=Fn(unpermuted("strides"))), perm),
+         identity="t(x)[s] -> t(x[s'])",
+         example=lambda n: (lambda x: jnp.transpose(x, _perm3(n))[1:, : n + 1], [(3, 4, 2)])),
     Rule("transpose-through-concat", "layout", concat(t(x, perm), t(y, perm), dim=ax),
          t(concat(x, y, dim=_moved(x, ax, perm)), perm),
          identity="concat(t(x), t(y)) -> t(concat(x, y))",
