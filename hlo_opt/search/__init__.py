@@ -76,9 +76,9 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     """Split until parts are small; search each part with an equal share of what is
     left of the budget and time; stitch; then a greedy pass across the cuts."""
     def tree(g: Graph):
-        if len(g.nodes) <= threshold:
+        if len(g.nodes) <= threshold or limits.reason():
             return g
-        first_nodes, _ = splitting.min_cut(g, rules)
+        first_nodes, _ = splitting.min_cut(g, rules, limits)
         inner = [n for n in g.nodes if n.op != "input"]
         if not first_nodes or len(first_nodes) >= len(inner):
             return g                           # no useful cut: search it whole
@@ -98,9 +98,13 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         if not isinstance(t, Graph):
             g, parts, first, second = t
             return splitting.stitch(g, parts, solve(first), solve(second))
+        # Keep back time for the end: pricing the stitched graph and the original, and
+        # the pass across the cuts (a few candidates each).
+        reserve = 4 * limits.step
         share = Limits(None if limits.budget is None
                        else max(1, (limits.budget - limits.costed) // todo),
-                       None if limits.time_limit is None else limits.remaining() / todo)
+                       None if limits.time_limit is None
+                       else max(0.0, limits.remaining() - reserve) / todo)
         todo -= 1
         if limits.reason():
             reasons.append(limits.reason())
@@ -115,6 +119,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     if priced(stitched) > priced(graph):      # parts' gains can be the whole's losses
         stitched = graph                      # (a fusion across the cut undone)
     across = Limits(STITCH_BUDGET, limits.remaining())
+    across.step = limits.step
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes)
     limits.costed += across.costed

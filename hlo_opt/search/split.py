@@ -20,9 +20,9 @@ from hlo_opt.rules.lang import Rule
 from hlo_opt.search.core import matches
 
 
-def capacities(graph: Graph, rules: Sequence[Rule]) -> dict[Node, int]:
+def capacities(graph: Graph, rules: Sequence[Rule], limits=None) -> dict[Node, int]:
     cap = {n: 0 for n in graph.nodes}
-    for _, m in matches(graph, rules):
+    for _, m in matches(graph, rules, limits):
         inside = m.nodes
         for node in inside:
             if any(p in inside for p in node.parents()) and \
@@ -31,11 +31,12 @@ def capacities(graph: Graph, rules: Sequence[Rule]) -> dict[Node, int]:
     return cap
 
 
-def min_cut(graph: Graph, rules: Sequence[Rule]) -> tuple[set[Node], set[Node]]:
+def min_cut(graph: Graph, rules: Sequence[Rule], limits=None) -> tuple[set[Node], set[Node]]:
     """(first part, cut nodes). The first part is closed under ancestors and holds the
-    cut nodes, so every edge between the parts runs from the first to the second."""
+    cut nodes, so every edge between the parts runs from the first to the second. With
+    `limits` run out, the capacities count only the matches found in time."""
     nodes = [n for n in graph.nodes if n.op != "input"]
-    cap = capacities(graph, rules)
+    cap = capacities(graph, rules, limits)
     flow = nx.DiGraph()
     third = max(1, len(nodes) // 3)
     for node in nodes:
