@@ -12,7 +12,6 @@ a short greedy pass over the whole graph then takes the rewrites that span the c
 """
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable, Sequence
 
@@ -25,8 +24,6 @@ from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
 STITCH_BUDGET = 50          # graphs the greedy pass across the cuts may cost
-
-logger = logging.getLogger("hlo_opt")
 
 __all__ = ["search", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
 
