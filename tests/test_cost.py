@@ -217,6 +217,27 @@ def test_measured_kernels_are_timed_once_and_cached(tmp_path):
     assert again.cost(g).total == c1.total and again.measured == 0
 
 
+def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+
+    def light(x, w):
+        return x @ w
+
+    def heavy(x, w):          # same signature, 16x the work
+        for _ in range(16):
+            x = jnp.tanh(x @ w)
+        return x
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    first, second = model.cost(graph_of(light, x, w)), model.cost(graph_of(heavy, x, w))
+    assert first.whole and second.whole and model.programs == 2
+    assert second.total > first.total
+    assert len(model._references) == 1           # heavy was timed against light
+    again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    assert again.cost(graph_of(heavy, x, w)).total == second.total and again.programs == 0
+    summed = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
+    assert not summed.cost(graph_of(light, x, w)).whole and summed.programs == 0
+
+
 def test_effectful_kernels_are_priced_without_running_them(tmp_path, capfd):
     def noisy(x):
         jax.debug.print("side effect {}", x.sum())

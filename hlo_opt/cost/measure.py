@@ -108,9 +108,7 @@ def replicas(graph: Graph) -> int:
 
 
 def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int) -> float:
-    fn = jax.jit(emit.to_callable(graph))
-    args = random_args([n.types[0] for n in graph.inputs], seed)
-    return time_callable(fn, args, repeats=repeats, min_sample=min_sample)
+    return time_callable(*compiled(graph, seed), repeats=repeats, min_sample=min_sample)
 
 
 def time_graph(graph: Graph, *, repeats: int = 5, min_sample: float = 2e-3,
@@ -136,3 +134,41 @@ def time_graph(graph: Graph, *, repeats: int = 5, min_sample: float = 2e-3,
     else:
         seconds -= dispatch_overhead()
     return max(seconds, EPSILON)
+
+
+def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
+          min_sample: float = 10e-3) -> float:
+    """Median over `rounds` of (seconds per call of `fn`) / (seconds per call of `ref`),
+    the two timed back to back in alternating order. On a shared machine the speed of
+    the same program drifts by tens of percent within a minute (a three-dot program read
+    2.8 ms, then 4.5 ms, in one process on the 2-core VM); a pair timed together drifts
+    together, and the ratio stays."""
+    warm_up()
+    for f, a in ((fn, args), (ref, ref_args)):
+        jax.block_until_ready(f(*a))
+    once = max(min(per_call(f, a, 1) for _ in range(2)) for f, a in ((fn, args), (ref, ref_args)))
+    number = max(1, int(min_sample / max(once, 1e-9)))
+    ratios = []
+    for r in range(rounds):
+        if r % 2:
+            theirs = per_call(ref, ref_args, number)
+            ours = per_call(fn, args, number)
+        else:
+            ours = per_call(fn, args, number)
+            theirs = per_call(ref, ref_args, number)
+        ratios.append(ours / theirs)
+    return float(np.median(ratios))
+
+
+def compiled(graph: Graph, seed: int = 0) -> tuple[Callable, list]:
+    """`graph` jitted, and random arguments for it."""
+    return jax.jit(emit.to_callable(graph)), random_args([n.types[0] for n in graph.inputs], seed)
+
+
+def time_whole(graph: Graph, *, repeats: int = 5, min_sample: float = 10e-3,
+               seed: int = 0) -> float:
+    """Seconds of one call of `graph` as a program of its own, the empty call's cost
+    removed (so that it compares with a sum of kernels)."""
+    warm_up()
+    seconds = _time_program(graph, repeats, min_sample, seed)
+    return max(seconds - dispatch_overhead(), EPSILON)
