@@ -29,12 +29,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import flags
 from absl import logging as absl_logging
 
 import hlo_opt
 import models
+from hlo_opt.check import agreement, tolerance
 from hlo_opt.cost.measure import per_call
 
 flags.DEFINE_integer("batch", 1, "Batch size.")
@@ -52,11 +52,6 @@ FLAGS = flags.FLAGS
 BASELINE = "jax.jit"
 SAMPLE_SECONDS = 0.05
 # Largest relative error (max |a - b| / max |b|) accepted as "agrees" for each dtype.
-TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 3e-2}
-
-
-def tolerance(dtype) -> float:
-    return TOLERANCE[jnp.dtype(dtype).name]
 
 
 def environment() -> dict:
@@ -96,17 +91,6 @@ def train_step(fn: Callable) -> Callable:
         out = fn(params, *inputs).astype(jnp.float32)
         return -jnp.mean(jax.nn.log_softmax(out, axis=-1)[..., 0])
     return jax.value_and_grad(loss)
-
-
-def agreement(reference, output) -> tuple[float, float]:
-    """(max abs error, max abs error / max |reference|) over all output leaves."""
-    ref = [np.asarray(a, np.float64) for a in jax.tree.leaves(reference)]
-    out = [np.asarray(a, np.float64) for a in jax.tree.leaves(output)]
-    if len(ref) != len(out) or any(a.shape != b.shape for a, b in zip(ref, out)):
-        raise AssertionError("the outputs differ in structure or shape")
-    err = max((float(np.max(np.abs(a - b))) for a, b in zip(ref, out) if a.size), default=0.0)
-    scale = max((float(np.max(np.abs(a))) for a in ref if a.size), default=0.0)
-    return err, err / scale if scale else err
 
 
 def _call(f, args):

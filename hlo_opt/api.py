@@ -17,7 +17,6 @@ import functools
 import inspect
 import logging
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,7 +24,9 @@ import jax
 from jax.extend import core as jcore
 from jax.tree_util import tree_unflatten
 
-from hlo_opt import capture, emit
+from hlo_opt import capture, emit, pipeline
+from hlo_opt.cost import CostModel
+from hlo_opt.frozen import Runner
 from hlo_opt.ir import Graph
 from hlo_opt.report import Report
 
@@ -49,7 +50,7 @@ class Options:
     budget: int | None = None
     time_limit: float | None = None
     search: str = "auto"
-    cost: str = "measured"
+    cost: Any = "measured"          # "measured", "analytic" or a cost.CostModel
     rules: Any = None
     verify: bool = True
     measure_final: bool = True
@@ -62,8 +63,8 @@ class Options:
             problems.append(f"alpha must be >= 1.0, got {self.alpha!r}")
         if self.search not in SEARCHES:
             problems.append(f"search must be one of {SEARCHES}, got {self.search!r}")
-        if self.cost not in COSTS:
-            problems.append(f"cost must be one of {COSTS}, got {self.cost!r}")
+        if not isinstance(self.cost, CostModel) and self.cost not in COSTS:
+            problems.append(f"cost must be one of {COSTS} or a CostModel, got {self.cost!r}")
         if self.budget is not None and self.budget < 0:
             problems.append(f"budget must be >= 0, got {self.budget!r}")
         if self.time_limit is not None and self.time_limit < 0:
@@ -111,6 +112,7 @@ class _Entry:
     out_tree: Any
     graph: Graph | None = None
     original: jcore.ClosedJaxpr | None = None
+    runner: Runner | None = None     # weight-only work once per frozen value (called eagerly)
 
     def run(self, leaves: Sequence[Any]) -> list[Any]:
         if self.graph is not None:
@@ -144,6 +146,7 @@ class Optimized:
         if both:
             raise ValueError(f"hlo_opt.jit({self._name}): argument(s) {sorted(both)} cannot be "
                              "both static and frozen; frozen arguments are arrays")
+        self._donating = donate_argnums is not None or "donate_argnames" in (jit_kwargs or {})
         jit_args = dict(jit_kwargs or {}, static_argnums=static_argnums,
                         static_argnames=static_argnames, donate_argnums=donate_argnums)
         self._plain = jax.jit(fun, **jit_args)
@@ -161,7 +164,29 @@ class Optimized:
         return self._plain if self._disabled else self._outer
 
     def __call__(self, *args, **kwargs):
-        return (self._plain if self._disabled else self._outer)(*args, **kwargs)
+        if self._disabled:
+            return self._plain(*args, **kwargs)
+        if not self.frozen_argnums or self._donating:
+            return self._outer(*args, **kwargs)
+        # Frozen arguments: the weight-only part runs once per distinct frozen value,
+        # outside the per-call program, which needs concrete arrays. Under a trace
+        # (grad, vmap, an outer jit) everything is computed inline instead.
+        leaves, _, key = self._signature(args, kwargs)
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+            return self._outer(*args, **kwargs)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = self._optimize(args, kwargs)
+        if entry.runner is None:
+            return self._outer(*args, **kwargs)
+        try:
+            outs = entry.runner(leaves)
+        except Exception as err:  # noqa: BLE001 - ours, not the user's: fall back
+            self._warn(err)
+            self._entries[key] = _Entry(_fallback_report(f"{type(err).__name__}: {err}"),
+                                        entry.out_tree, original=entry.original)
+            return self._outer(*args, **kwargs)
+        return tree_unflatten(entry.out_tree, outs)
 
     def lower(self, *args, **kwargs) -> jax.stages.Lowered:
         """`jax.stages.Lowered` of the optimised program."""
@@ -180,6 +205,12 @@ class Optimized:
         self._entries.clear()
         self._plain.clear_cache()
         self._outer.clear_cache()
+
+    @property
+    def weight_computations(self) -> int:
+        """How many times the weight-only part of any signature has been computed (once
+        per distinct frozen value; 0 when nothing ran with concrete frozen arguments)."""
+        return sum(e.runner.computed for e in self._entries.values() if e.runner)
 
     def explain(self, *args, **kwargs) -> Report:
         """The `Report` for this input signature (optimising it if not done yet)."""
@@ -227,22 +258,38 @@ class Optimized:
         closed, _, out_tree = capture.trace(self._fun, args, kwargs,
                                             static_argnums=self._static_nums,
                                             static_argnames=self._static_names)
-        start = time.perf_counter()
         original = None
         try:
             original = capture.from_jaxpr(closed).check()
-            optimized = original   # no rewrite rules yet: the faithful round trip
-            _check_emission(optimized, closed)
-            report = Report(original=original, optimized=optimized, applied={},
-                            cost_before=None, cost_after=None, measured_before=None,
-                            measured_after=None, search_seconds=time.perf_counter() - start,
-                            stop_reason="saturated", fell_back=False, reason=None,
-                            source=emit.to_source(optimized, _identifier(self._name)))
-            return _Entry(report, out_tree, graph=optimized, original=closed)
+            frozen = self._frozen_leaves(args)
+            with jax.ensure_compile_time_eval():    # timing must run, not be traced
+                outcome = pipeline.optimize(original, closed, frozen, self.options, self._name)
+            _check_emission(outcome.graph, closed)
+            runner = None
+            if frozen and not outcome.report.fell_back and \
+                    not capture.closes_over_tracers(closed):
+                runner = outcome.runner or Runner(outcome.graph, frozen)
+            return _Entry(outcome.report, out_tree, graph=outcome.graph, original=closed,
+                          runner=runner)
         except Exception as err:  # noqa: BLE001 - ours, not the user's: fall back
             self._warn(err)
             return _Entry(_fallback_report(f"{type(err).__name__}: {err}", original),
                           out_tree, original=closed)
+
+    def _frozen_leaves(self, args) -> tuple[int, ...]:
+        """Positions, among the dynamic leaves, of the leaves of the frozen arguments."""
+        n = len(args)
+        static = {i % n for i in self._static_nums if -n <= i < n}
+        frozen = {i % n for i in self.frozen_argnums if -n <= i < n}
+        out, pos = [], 0
+        for i, arg in enumerate(args):
+            if i in static:
+                continue
+            count = len(jax.tree.leaves(arg))
+            if i in frozen:
+                out.extend(range(pos, pos + count))
+            pos += count
+        return tuple(out)
 
     def _warn(self, err: Exception) -> None:
         logger.warning("hlo_opt: could not optimise %s (%s: %s); running the original "
@@ -261,11 +308,6 @@ def _check_emission(graph: Graph, closed: jcore.ClosedJaxpr) -> None:
     want = [(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
     if got != want:
         raise RuntimeError(f"emitted program returns {got}, the original {want}")
-
-
-def _identifier(name: str) -> str:
-    ident = "".join(c if c.isalnum() else "_" for c in name.split(".")[-1])
-    return ident if ident and not ident[0].isdigit() else f"fn_{ident}"
 
 
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,

@@ -8,9 +8,13 @@ part reads, and `runtime` takes the live inputs followed by those values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from hlo_opt import ops
+import jax
+
+from hlo_opt import emit, ops
 from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.ops.table import OPAQUE
 from hlo_opt.params import Params
@@ -81,3 +85,46 @@ def split(graph: Graph, frozen: Iterable[int]) -> Split:
     runtime = Graph(r_inputs, [r_env[v] for v in graph.outputs],
                     [clones[n] for n in graph.effects])
     return Split(weights, runtime, frozen, tuple(live))
+
+
+class Runner:
+    """Runs a graph with its weight-only part computed once per distinct frozen value.
+
+    Distinct means distinct objects: jax arrays are immutable, so the same array object
+    is the same value, and a frozen array that is still alive and the same object as
+    last time needs no recomputation. A NumPy array can change in place under the same
+    identity, so frozen leaves that are not all jax arrays are recomputed on every call:
+    slower, never stale. The last `KEEP` weight sets are kept (weakly referenced keys).
+    """
+
+    KEEP = 4
+
+    def __init__(self, graph: Graph, frozen: Iterable[int]):
+        self.split = split(graph, frozen)
+        self._weights = jax.jit(emit.to_callable(self.split.weights))
+        self._runtime = jax.jit(emit.to_callable(self.split.runtime))
+        self._memo: list[tuple[list, Sequence[Any]]] = []
+        self.computed = 0          # weight sets computed so far
+
+    def weights(self, leaves: Sequence[Any]) -> Sequence[Any]:
+        frozen = [leaves[i] for i in self.split.frozen]
+        for refs, weights in self._memo:
+            if all(r() is leaf for r, leaf in zip(refs, frozen)):
+                return weights
+        weights = self._weights(*frozen)
+        self.computed += 1
+        if all(isinstance(leaf, jax.Array) for leaf in frozen):
+            self._memo = [([weakref.ref(leaf) for leaf in frozen], weights)] + \
+                self._memo[:self.KEEP - 1]
+        return weights
+
+    def forget(self) -> None:
+        """Drop the kept weight sets and the count (after timing on random weights)."""
+        self._memo, self.computed = [], 0
+
+    def __call__(self, leaves: Sequence[Any]) -> list[Any]:
+        return self._runtime(*[leaves[i] for i in self.split.live], *self.weights(leaves))
+
+    def runtime_args(self, leaves: Sequence[Any]) -> tuple:
+        """(the per-call program, its arguments): for timing it alone."""
+        return self._runtime, [leaves[i] for i in self.split.live] + list(self.weights(leaves))

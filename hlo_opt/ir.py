@@ -46,7 +46,8 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        itemsize = getattr(self.dtype, "itemsize", None)     # extended dtypes (PRNG keys) too
+        return self.size * (itemsize if isinstance(itemsize, int) else np.dtype(self.dtype).itemsize)
 
     def __str__(self) -> str:
         weak = "~" if self.weak_type else ""

@@ -4,3 +4,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)                                         # for `corpus`, `helpers`
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))   # `models`, `bench`
+
+# Measured costs and optimised graphs go to a cache of this test session's own, never the
+# user's ~/.cache/hlo_opt (a test must neither read old entries nor leave new ones).
+if "HLO_OPT_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["HLO_OPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="hlo_opt_tests_")

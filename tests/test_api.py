@@ -106,7 +106,9 @@ def test_lower_returns_the_optimised_program():
 
 
 def test_explain_reports_the_round_trip():
-    report = hlo_opt.jit(mlp).explain(PARAMS, X)
+    # The analytic cost: measured timings of a 7-microsecond program differ by more than
+    # the gain threshold from run to run, and this test is about an unchanged graph.
+    report = hlo_opt.jit(mlp, cost="analytic").explain(PARAMS, X)
     assert isinstance(report, hlo_opt.Report)
     assert not report.fell_back and report.reason is None and report.applied == {}
     assert report.original == report.optimized and len(report.original) > 3

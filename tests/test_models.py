@@ -15,6 +15,9 @@ CNN_NAMES = [n for n in models.NAMES if n in models.CNNS]
 CONFIGS = [(n, lay) for n in models.NAMES
            for lay in (("NCHW", "NHWC") if n in models.CNNS else (None,))]
 OUT_SHAPES = {"nasrnn": (2, 32), "bert": (2, 8, 32), "sru": (2, 2)}
+# The rewrites themselves under test: no verify or measure_final to fall back on, so a
+# wrong rewrite shows as a wrong answer. The analytic cost keeps the search deterministic.
+REWRITTEN = dict(cost="analytic", time_limit=3.0, verify=False, measure_final=False)
 
 
 def _build(name, layout=None, **config):
@@ -27,8 +30,20 @@ def test_builds_and_hlo_opt_matches_jax_jit(name, layout):
     want = jax.jit(fn)(params, *inputs)
     assert want.shape == OUT_SHAPES.get(name, (2, 10)) and want.dtype == jnp.float32
     assert np.all(np.isfinite(np.asarray(want))) and np.std(np.asarray(want)) > 0
-    got = hlo_opt.jit(fn, frozen_argnums=(0,))(params, *inputs)
-    assert_close(got, want, bench.tolerance("float32"), name)
+    ours = hlo_opt.jit(fn, frozen_argnums=(0,), **REWRITTEN)
+    assert_close(ours(params, *inputs), want, bench.tolerance("float32"), name)
+    report = ours.explain(params, *inputs)
+    assert not report.fell_back and report.cost_after <= report.cost_before
+    REWRITES[(name, layout)] = sum(report.applied.values())
+
+
+REWRITES = {}
+
+
+def test_the_zoo_was_really_rewritten():
+    """Runs after the test above: most zoo models had rewrites applied."""
+    assert len(REWRITES) == len(CONFIGS)
+    assert sum(count > 0 for count in REWRITES.values()) >= len(CONFIGS) // 2, REWRITES
 
 
 @pytest.mark.parametrize("name", models.NAMES)
@@ -39,7 +54,7 @@ def test_bfloat16_builds_and_matches(name):
     assert floats and all(a.dtype == jnp.bfloat16 for a in floats)
     want = jax.jit(fn16)(params16, *inputs16)
     assert want.dtype == jnp.bfloat16
-    assert_close(hlo_opt.jit(fn16, frozen_argnums=(0,))(params16, *inputs16), want,
+    assert_close(hlo_opt.jit(fn16, frozen_argnums=(0,), **REWRITTEN)(params16, *inputs16), want,
                  bench.tolerance("bfloat16"), name)
     # Same seed, same numbers: bf16 tracks the f32 model loosely (rounding compounds).
     f32 = np.asarray(jax.jit(fn)(params, *inputs))
@@ -67,7 +82,8 @@ def test_training_step_matches_jax_jit(name):
     step = bench.train_step(fn)
     want = jax.jit(step)(params, *inputs)
     assert float(want[0]) > 0 and any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(want[1]))
-    assert_close(hlo_opt.jit(step)(params, *inputs), want, bench.tolerance("float32"), name)
+    assert_close(hlo_opt.jit(step, **REWRITTEN)(params, *inputs), want, bench.tolerance("float32"),
+                 name)
 
 
 def test_seed_changes_weights_and_same_seed_repeats():

@@ -68,13 +68,13 @@ class Cache:
             return {}
         except (OSError, ValueError) as err:
             if warn:
-                logger.warning("hlo_opt: cost cache %s is unreadable (%s); rebuilding it",
+                logger.warning("hlo_opt: cache %s is unreadable (%s); rebuilding it",
                                self.path, err)
             return {}
         if not isinstance(data, dict) or data.get("header") != self.header or \
                 not isinstance(data.get("entries"), dict):
             if warn:
-                logger.warning("hlo_opt: cost cache %s was written for something else "
+                logger.warning("hlo_opt: cache %s was written for something else "
                                "(header %r); rebuilding it", self.path,
                                data.get("header") if isinstance(data, dict) else None)
             return {}
@@ -91,7 +91,7 @@ class Cache:
                 self._replace({"header": self.header, "entries": merged})
         except OSError as err:
             if not self._write_failed:
-                logger.warning("hlo_opt: cannot write cost cache %s (%s); keeping it in "
+                logger.warning("hlo_opt: cannot write cache %s (%s); keeping it in "
                                "memory", self.path, err)
             self._write_failed = True
             return

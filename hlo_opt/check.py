@@ -1,0 +1,68 @@
+"""Do two programs give the same results? The check behind `verify=True`.
+
+Outputs are compared leaf by leaf: integers and booleans exactly; floating point by the
+largest error relative to the largest magnitude of the reference, within a tolerance
+scaled to the dtype (rewrites reassociate sums: a merged dot adds in another order).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 3e-2,
+             "complex128": 1e-9, "complex64": 1e-4}
+
+
+def tolerance(dtype) -> float:
+    """Largest relative error accepted for outputs of `dtype` (0 for exact types)."""
+    return TOLERANCE.get(np.dtype(dtype).name, 0.0)
+
+
+def agreement(reference, output) -> tuple[float, float]:
+    """(max abs error, max abs error / max |reference|) over all output leaves."""
+    ref = [np.asarray(a, np.float64) for a in jax.tree.leaves(reference)]
+    out = [np.asarray(a, np.float64) for a in jax.tree.leaves(output)]
+    if len(ref) != len(out) or any(a.shape != b.shape for a, b in zip(ref, out)):
+        raise AssertionError("the outputs differ in structure or shape")
+    err = max((float(np.max(np.abs(a - b))) for a, b in zip(ref, out) if a.size), default=0.0)
+    scale = max((float(np.max(np.abs(a))) for a in ref if a.size), default=0.0)
+    return err, err / scale if scale else err
+
+
+def difference(want: Sequence, got: Sequence) -> str | None:
+    """Why `got` is not `want` (lists of arrays), or None when they agree."""
+    if len(want) != len(got):
+        return f"{len(got)} outputs instead of {len(want)}"
+    for i, (w, g) in enumerate(zip(want, got)):
+        w, g = np.asarray(w), np.asarray(g)
+        if w.shape != g.shape or w.dtype != g.dtype:
+            return f"output {i} is {g.dtype}{g.shape}, expected {w.dtype}{w.shape}"
+        tol = tolerance(w.dtype)
+        if tol == 0.0:
+            if not np.array_equal(w, g):
+                return f"output {i} differs in {int(np.sum(w != g))} of {w.size} elements"
+            continue
+        wide = np.complex128 if w.dtype.kind == "c" else np.float64
+        w64, g64 = w.astype(wide), g.astype(wide)
+        if not np.array_equal(np.isnan(w64), np.isnan(g64)):
+            return f"output {i} has NaNs where the original has none, or the reverse"
+        finite = ~np.isnan(w64)
+        if not finite.any():
+            continue
+        err = float(np.max(np.abs(w64[finite] - g64[finite]), initial=0.0))
+        scale = max(float(np.max(np.abs(w64[finite]))), 1e-30)
+        if not err <= tol * scale:
+            return (f"output {i} differs by {err:.3g} (relative {err / scale:.3g}, "
+                    f"tolerance {tol:g} for {w.dtype})")
+    return None
+
+
+def compare(original: Callable, optimized: Callable, args_list: Sequence[Sequence]) -> str | None:
+    """Run both programs on each list of arguments; the first difference found, or None."""
+    for k, args in enumerate(args_list):
+        why = difference(jax.device_get(original(*args)), jax.device_get(optimized(*args)))
+        if why:
+            return f"on random inputs #{k}: {why}"
+    return None

@@ -1,0 +1,123 @@
+"""Optimising one captured signature: search, verify, measure, keep the faster.
+
+    optimize(original, frozen, options, name) -> Outcome(graph, report)
+
+1. Search the graph with the verified rules under the cost model (`cost/`), weight-only
+   work priced as free when arguments are frozen.
+2. `verify`: run the original and the optimised program on fresh random inputs; any
+   difference beyond the dtype's tolerance (`check.py`) means the original is kept and
+   the report says why.
+3. `measure_final`: time the original under jax.jit and the optimised program (weights
+   precomputed when frozen, as it will run) back to back; the optimised one is kept only
+   if it is faster by 1% or more (a tie goes to the original). Likewise a search whose
+   predicted gain is under 2% keeps the original: equal programs timed twice differ by
+   that much.
+Results are remembered on disk (`store.py`), so a second process skips all three.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import jax
+from jax.extend import core as jcore
+
+from hlo_opt import check, cost, emit, store
+from hlo_opt.cost import measure
+from hlo_opt.frozen import Runner
+from hlo_opt.ir import Graph
+from hlo_opt.report import Report
+from hlo_opt.rules import library
+from hlo_opt.search import search
+
+logger = logging.getLogger("hlo_opt")
+
+TIME_LIMIT = 10.0        # seconds of search when the user sets none (the search issue's goal)
+VERIFY_INPUTS = 2        # random input sets the optimised program must agree on
+MIN_GAIN = 0.02          # a predicted gain under this is noise: the original is kept
+FASTER = 0.99            # measure_final keeps the optimised program at this ratio or below
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    graph: Graph              # what runs: the optimised graph, or the original
+    report: Report
+    runner: Runner | None = None     # `graph` with frozen work split off, if already built
+
+
+def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], options,
+             name: str) -> Outcome:
+    frozen = tuple(frozen)
+    rules = list(options.rules) if options.rules is not None else list(library.ALL)
+    disk = store.GraphStore(options.cache_dir)
+    key = store.key(original, frozen, options, rules)
+    cached = disk.get(key, original, _identifier(name)) if key else None
+    if cached is not None:
+        return Outcome(*cached)   # verified and timed when it was written
+
+    start = time.perf_counter()
+    model = options.cost if isinstance(options.cost, cost.CostModel) \
+        else cost.make(options.cost, options.cache_dir)
+
+    def price(g: Graph) -> float:
+        return model.cost(g, frozen).total
+    kwargs = {} if options.budget is None else {"budget": options.budget}
+    result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
+                    time_limit=TIME_LIMIT if options.time_limit is None else options.time_limit,
+                    split_threshold=options.split_threshold, **kwargs)
+    seconds = time.perf_counter() - start
+    before = result.stats.get("start_cost")
+    if before is not None and result.cost > before * (1 - MIN_GAIN):
+        # Timings of equal programs differ by noise; a rewrite must win by more.
+        result = dataclasses.replace(result, graph=original, cost=before, applied=[])
+    report = Report(original=original, optimized=result.graph, applied=dict(Counter(result.applied)),
+                    cost_before=before, cost_after=result.cost,
+                    measured_before=None, measured_after=None, search_seconds=seconds,
+                    stop_reason=result.stop_reason, fell_back=False, reason=None,
+                    source=emit.to_source(result.graph, _identifier(name)))
+    outcome = _guard(original, closed, result.graph, frozen, options, report)
+    if key:
+        disk.put(key, original, outcome.graph, outcome.report)
+    return outcome
+
+
+def _guard(original, closed, optimized, frozen, options, report) -> Outcome:
+    """Verify and time the optimised graph; the original where it loses."""
+    changed = optimized.digest != original.digest
+    if original.effects and (options.verify or options.measure_final) and (changed or frozen):
+        # Checking would run the user's side effects (prints, callbacks) on random inputs.
+        return _fall_back(original, report, "the program has side effects, which verify "
+                          "and measure_final would run on random inputs")
+    types = [n.types[0] for n in original.inputs]
+    reference = jax.jit(jcore.jaxpr_as_fun(closed))
+    if changed and options.verify:
+        args = [measure.random_args(types, seed=1 + k) for k in range(VERIFY_INPUTS)]
+        why = check.compare(reference, jax.jit(emit.to_callable(optimized)), args)
+        if why:
+            return _fall_back(original, report, f"verify: the optimised program differs {why}")
+    if options.measure_final and (changed or frozen):
+        leaves = measure.random_args(types)
+        runner = Runner(optimized, frozen)
+        fn, args = runner.runtime_args(leaves)
+        ratio = measure.ratio(fn, args, reference, leaves)
+        before = measure.time_callable(reference, leaves)
+        runner.forget()
+        report = dataclasses.replace(report, measured_before=before, measured_after=before * ratio)
+        if ratio > FASTER:
+            return _fall_back(original, report, f"measure_final: the optimised program ran "
+                              f"{ratio:.3f}x the original's time")
+        return Outcome(optimized, report, runner)
+    return Outcome(optimized, report)
+
+
+def _fall_back(original: Graph, report: Report, reason: str) -> Outcome:
+    logger.warning("hlo_opt: keeping the original program (%s)", reason)
+    return Outcome(original, dataclasses.replace(report, fell_back=True, reason=reason))
+
+
+def _identifier(name: str) -> str:
+    ident = "".join(c if c.isalnum() else "_" for c in name.split(".")[-1])
+    return ident if ident and not ident[0].isdigit() else f"fn_{ident}"

@@ -1,0 +1,74 @@
+"""The on-disk cache of optimised graphs, so that a second process starts instantly.
+
+Keyed by the captured graph's digest, the frozen inputs, the options that shape the
+result and the rule names; one JSON file per device kind and jax version (the cost
+cache's `Cache`: atomic, merged under a lock, rebuilt with a warning when corrupt).
+An entry holds the outcome (the graph that runs, written by `graph_json`, and what the
+report said); an entry that does not read back exactly is ignored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+from hlo_opt import emit, graph_json
+from hlo_opt.cost.cache import Cache
+from hlo_opt.cost.model import device_header
+from hlo_opt.ir import Graph
+from hlo_opt.report import Report
+
+logger = logging.getLogger("hlo_opt")
+
+FORMAT = 1
+SHAPING = ("alpha", "budget", "time_limit", "search", "cost", "verify", "measure_final",
+           "split_threshold")       # the options that can change the outcome
+REPORTED = ("applied", "cost_before", "cost_after", "measured_before", "measured_after",
+            "search_seconds", "stop_reason", "fell_back", "reason")
+
+
+def key(original: Graph, frozen, options, rules) -> str | None:
+    """The entry's key; None when the options name no reproducible result (a cost
+    model object of the user's)."""
+    if not isinstance(options.cost, str):
+        return None
+    text = json.dumps({"graph": original.digest, "frozen": list(frozen),
+                       "options": {k: getattr(options, k) for k in SHAPING},
+                       "rules": sorted(r.name for r in rules), "format": FORMAT},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class GraphStore:
+    def __init__(self, cache_dir=None):
+        self.cache = Cache("graphs", {**device_header(), "format": FORMAT}, cache_dir)
+
+    def get(self, key: str, original: Graph, name: str = "optimized") -> tuple[Graph, Report] | None:
+        entry = self.cache.get(key)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            ran = graph_json.decode(entry["runs"], original)
+            optimized = graph_json.decode(entry["optimized"], original)
+            fields = {k: entry["report"][k] for k in REPORTED}
+        except (KeyError, TypeError):
+            ran = None
+        if ran is None or optimized is None:
+            logger.info("hlo_opt: cached optimised graph %s does not read back; optimising "
+                        "again", key)
+            return None
+        report = Report(original=original, optimized=optimized, source=emit.to_source(
+            optimized, name), **{**fields, "search_seconds": 0.0, "stop_reason": "cached"})
+        return ran, report
+
+    def put(self, key: str, original: Graph, ran: Graph, report: Report) -> None:
+        try:
+            entry = {"runs": graph_json.encode(ran, original),
+                     "optimized": graph_json.encode(report.optimized, original),
+                     "report": {k: getattr(report, k) for k in REPORTED}}
+            json.dumps(entry)
+        except (graph_json.Unwritable, TypeError, ValueError) as err:
+            logger.info("hlo_opt: not caching this optimised graph on disk (%s)", err)
+            return
+        self.cache.put(key, entry)
+        self.cache.flush()

@@ -1,0 +1,150 @@
+"""End to end: hlo_opt.jit searches with the real rules, verifies, keeps the faster
+program, precomputes frozen weights once per value and reuses its disk cache."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hlo_opt
+from hlo_opt import capture, cost, graph_json
+from hlo_opt.cost.model import Cost
+from hlo_opt.rules import Pat, Rule, library, tensors
+from helpers import assert_close
+
+x_, = tensors("x")
+FAST = dict(cost="analytic", time_limit=3.0)
+W = {k: jax.random.normal(jax.random.key(i), (64, 64)) for i, k in enumerate("qkv")}
+X = jax.random.normal(jax.random.key(9), (8, 64))
+
+
+def qkv(w, x):
+    return jnp.tanh(x @ w["q"]), x @ w["k"], x @ w["v"]
+
+
+def _rules(*names):
+    return [r for r in library.ALL if r.name in names]
+
+
+def test_shared_input_dots_are_merged_and_agree_with_jax_jit(tmp_path):
+    ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False, **FAST)
+    report = ours.explain(W, X)
+    assert report.applied.get("merge-dots-shared-lhs", 0) >= 1 and not report.fell_back
+    dots = [n for n in report.optimized.nodes if n.op == "dot_general"]
+    assert len(dots) < 3
+    assert_close(ours(W, X), jax.jit(qkv)(W, X), 1e-5)
+    assert report.cost_after < report.cost_before
+    assert "concatenate" in report.source
+
+
+def test_a_planted_wrong_rule_is_caught_by_verify(tmp_path, caplog):
+    drop_tanh = Rule("drop-tanh", "algebra", Pat("tanh", x_), x_)     # wrong on purpose
+    unchecked = hlo_opt.jit(qkv, rules=[drop_tanh], verify=False, measure_final=False,
+                            cache_dir=tmp_path, **FAST)
+    assert unchecked.explain(W, X).applied == {"drop-tanh": 1}
+    assert not np.allclose(unchecked(W, X)[0], jax.jit(qkv)(W, X)[0])   # it does bite
+    checked = hlo_opt.jit(qkv, rules=[drop_tanh], measure_final=False, cache_dir=tmp_path,
+                          **FAST)
+    report = checked.explain(W, X)
+    assert report.fell_back and report.reason.startswith("verify: ")
+    assert "keeping the original" in caplog.text
+    assert_close(checked(W, X), jax.jit(qkv)(W, X), 0.0)
+
+
+class _Backwards(cost.CostModel):
+    """A planted liar: the bigger the graph, the cheaper it claims to be."""
+
+    def cost(self, graph, frozen=()):
+        return Cost(1.0 / len(graph.nodes), ())
+
+
+def pointwise(w, x):
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def test_a_planted_slower_result_is_caught_by_measure_final(tmp_path):
+    w, x = jnp.ones((1, 1, 64, 64)), jnp.ones((1, 56, 56, 64))
+    # A 1x1 kernel padded with zeros to 3x3 and wider: correct, and 9x (or more) the work.
+    ours = hlo_opt.jit(pointwise, rules=_rules("enlarge-kernel"), cost=_Backwards(),
+                       cache_dir=tmp_path)
+    report = ours.explain(w, x)
+    assert report.applied.get("enlarge-kernel", 0) >= 1
+    assert report.fell_back and report.reason.startswith("measure_final: ")
+    assert report.measured_after > report.measured_before
+    assert_close(ours(w, x), jax.jit(pointwise)(w, x), 0.0)
+
+
+def test_frozen_weights_are_computed_once_per_distinct_value(tmp_path):
+    ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                       **FAST)
+    want = jax.jit(qkv)(W, X)
+    for _ in range(3):
+        assert_close(ours(W, X), want, 1e-5)
+    assert ours.weight_computations == 1
+    other = jax.tree.map(lambda a: a * 2.0, W)
+    assert_close(ours(other, X), jax.jit(qkv)(other, X), 1e-5)
+    assert_close(ours(W, X), want, 1e-5)                 # the first set is still kept
+    assert ours.weight_computations == 2
+
+
+def test_frozen_numpy_weights_changed_in_place_are_never_stale(tmp_path):
+    ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                       **FAST)
+    w = {k: np.array(v) for k, v in W.items()}
+    ours(w, X)
+    w["k"] *= 3.0                                          # same object, new value
+    assert_close(ours(w, X), jax.jit(qkv)(w, X), 1e-5)
+
+
+def test_frozen_arguments_that_are_traced_are_computed_inline(tmp_path):
+    ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                       **FAST)
+
+    def loss(f, w):
+        return sum(jnp.sum(jnp.sin(y)) for y in f(w, X))
+    assert_close(jax.grad(lambda w: loss(ours, w))(W), jax.grad(lambda w: loss(qkv, w))(W),
+                 1e-4)
+    assert ours.weight_computations == 0
+
+
+def test_optimised_graph_round_trips_through_json():
+    graph = capture.capture(qkv, (W, X)).graph
+    rule = _rules("merge-dots-shared-lhs")[0]
+    merged = rule.apply(graph, next(iter(rule.matches(graph))))
+    data = json.loads(json.dumps(graph_json.encode(merged, graph)))
+    assert any("op" in row for row in data["nodes"])       # new nodes written out
+    assert graph_json.decode(data, graph).digest == merged.digest
+    data["nodes"][-1]["types"] = [[[1], "float32", False]] * len(data["nodes"][-1]["types"])
+    assert graph_json.decode(data, graph) is None              # tampered: not believed
+
+
+def test_a_second_process_reuses_the_optimised_graph(tmp_path):
+    script = textwrap.dedent("""
+        import json, sys
+        import jax, jax.numpy as jnp
+        import hlo_opt
+        def qkv(w, x):
+            return jnp.tanh(x @ w["q"]), x @ w["k"], x @ w["v"]
+        W = {k: jax.random.normal(jax.random.key(i), (64, 64)) for i, k in enumerate("qkv")}
+        X = jax.random.normal(jax.random.key(9), (8, 64))
+        f = hlo_opt.jit(qkv, frozen_argnums=(0,), cost="analytic", time_limit=3.0,
+                        measure_final=False)
+        r = f.explain(W, X)
+        print(json.dumps({"stop": r.stop_reason, "applied": r.applied,
+                          "digest": r.optimized.digest, "out": float(f(W, X)[0].sum())}))
+    """)
+    env = dict(os.environ, HLO_OPT_CACHE_DIR=str(tmp_path))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                                      capture_output=True, text=True).stdout.splitlines()[-1])
+            for _ in range(2)]
+    assert runs[0]["stop"] != "cached" and runs[1]["stop"] == "cached"
+    assert runs[0]["applied"] == runs[1]["applied"] and runs[0]["applied"]
+    assert runs[0]["digest"] == runs[1]["digest"]
+    assert runs[0]["out"] == pytest.approx(runs[1]["out"], rel=1e-6)
