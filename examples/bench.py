@@ -224,7 +224,9 @@ def table(records: list[dict]) -> str:
         row = [r["model"], config_text(r["config"]), f"{r['ms'][BASELINE]:.3f}",
                f"{r['ms']['hlo_opt']:.3f}", _speedup_text(r["speedup"]["hlo_opt"]),
                f"{r['rel_error']['hlo_opt']:.1e}", f"{r['optimise_s']:.2f}",
-               f"{r['search_s']:.2f}", _applied_text(r["applied"])]
+               f"{r['search_s']:.2f}", _applied_text(r["applied"])
+               + (f" (kept the original: {r['fallback_reason'][:60]})" if r.get("fell_back")
+                  else "")]
         if peer:
             if "enzyme" in r["ms"]:
                 row += [f"{r['ms']['enzyme']:.3f}", _speedup_text(r["speedup"]["enzyme"])]

@@ -21,7 +21,7 @@ def main():
     reference = jax.jit(mlp.__wrapped__)(params, x)
     print(mlp.explain(params, x).summary())
     print(f"max abs difference vs jax.jit: {float(np.max(np.abs(ours - reference))):.3g}")
-    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-6)   # rewrites may reassociate
 
 
 if __name__ == "__main__":

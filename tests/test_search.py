@@ -185,3 +185,19 @@ def test_default_search_finds_the_enumerated_optimum(name):
     r = search(g, MOVES, price, time_limit=60, budget=None, max_growth=GROWTH)
     assert r.cost <= best[0] * (1 + 1e-9)
     assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
+
+
+def test_the_time_limit_is_read_on_the_given_clock():
+    """The pipeline's clock leaves out cold kernel timing; a search must stop by it."""
+    g, _ = _resnet_like(6)
+    ticks = []
+
+    def clock():                 # one 'second' per reading, whatever the wall says
+        ticks.append(1)
+        return float(len(ticks))
+    r = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5, time_limit=5.0,
+               budget=None, split_threshold=None, clock=clock)
+    assert r.stop_reason == TIME_LIMIT and len(ticks) <= 12
+    frozen = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5,
+                    time_limit=5.0, budget=30, split_threshold=None, clock=lambda: 0.0)
+    assert frozen.stop_reason == BUDGET

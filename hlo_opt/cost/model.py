@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Iterable
 
 import jax
@@ -128,6 +129,7 @@ class Measured(CostModel):
         self.whole_below = whole_below
         self.measured = 0       # kernels timed (cache misses) by this object
         self.programs = 0       # whole programs timed (cache misses) by this object
+        self.measuring = 0.0    # seconds spent timing them all
         self._references: dict[tuple, list] = {}   # signature -> [program, compiled, s]
 
     def fallback(self) -> Analytic:
@@ -143,6 +145,7 @@ class Measured(CostModel):
         program = isolate(kernel)
         seconds = self.cache.get(program.digest)
         if seconds is None:
+            started = time.perf_counter()
             try:
                 seconds = measure.time_graph(program, repeats=self.repeats,
                                              min_sample=self.min_sample)
@@ -150,6 +153,8 @@ class Measured(CostModel):
                 logger.debug("hlo_opt: cannot time kernel %s alone (%s); using the "
                              "roofline", [n.op for n in kernel.nodes], err)
                 return self.fallback().kernel_seconds(kernel)
+            finally:
+                self.measuring += time.perf_counter() - started
             self.cache.put(program.digest, seconds)
             self.measured += 1
         return float(seconds)
@@ -173,6 +178,7 @@ class Measured(CostModel):
             if ref is None:
                 self._references[signature] = [program, None, seconds]
             return float(seconds)
+        started = time.perf_counter()
         try:
             if ref is None:
                 seconds = measure.time_whole(program, repeats=self.repeats,
@@ -189,6 +195,8 @@ class Measured(CostModel):
             logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
                          "kernels", err)
             return None
+        finally:
+            self.measuring += time.perf_counter() - started
         self.cache.put(key, seconds)
         self.programs += 1
         return float(seconds)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph
@@ -45,11 +46,11 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
            algorithm: str = "auto", alpha: float = 1.3, budget: int | None = 2000,
            time_limit: float | None = 10.0, split_threshold: int | None = 150,
            max_growth: float = 2.0, q: int = 20, eta: int = 1, seed: int = 0,
-           progress: bool = False) -> Result:
+           progress: bool = False, clock: Callable[[], float] = time.perf_counter) -> Result:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; one of {ALGORITHMS}")
     rules = list(rules)
-    limits = Limits(budget, time_limit)
+    limits = Limits(budget, time_limit, clock)
     priced = Priced(cost, limits)
     start_cost = priced(graph)
     show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
@@ -114,7 +115,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         share = Limits(None if limits.budget is None
                        else max(1, (limits.budget - limits.costed) // todo),
                        None if limits.time_limit is None
-                       else max(0.0, limits.remaining() - reserve) / todo)
+                       else max(0.0, limits.remaining() - reserve) / todo, limits.clock)
         todo -= 1
         if limits.reason():
             reasons.append(limits.reason())
@@ -128,7 +129,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     stitched = solve(shape)
     if priced(stitched) > priced(graph):      # parts' gains can be the whole's losses
         stitched = graph                      # (a fusion across the cut undone)
-    across = Limits(STITCH_BUDGET, limits.remaining())
+    across = Limits(STITCH_BUDGET, limits.remaining(), limits.clock)
     across.step = limits.step
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes)

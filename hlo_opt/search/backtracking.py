@@ -39,6 +39,8 @@ def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits,
                 heapq.heappush(queue, (c, next(order), new, path + [name], costs + [c]))
             if (reason := limits.reason()):
                 break
+    # The queue can run dry because matching stopped at the limit: that is no saturation.
+    reason = reason or limits.reason()
     return Result(best[1], best[0], best[2], reason or SATURATED,
                   {"explored": len(seen), "costed": limits.costed, "queue_left": len(queue),
                    "path_costs": best[3]})

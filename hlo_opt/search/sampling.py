@@ -62,5 +62,6 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
                     progress(best[0], limits)
         if reason or not improved:
             break
+    reason = reason or limits.reason()     # matching stopped at the limit: not saturated
     return Result(best[1], best[0], best[2], reason or SATURATED,
                   {"explored": len(seen), "costed": limits.costed})
