@@ -86,7 +86,7 @@ def test_the_readme_has_the_bench_section():
 
 def test_bench_all_quick_writes_the_three_files(tmp_path):
     result = _run("examples/bench_all.py", "--quick", "--train", "--repeats=2",
-                  f"--out={tmp_path}")
+                  "--time_limit=1", f"--out={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads((tmp_path / "results.json").read_text())
     assert {"device_kind", "platform", "jax"} <= set(data["environment"])
@@ -104,7 +104,7 @@ def test_bench_all_quick_writes_the_three_files(tmp_path):
 def test_each_model_script_runs(name, tmp_path):
     out = tmp_path / "r.json"
     result = _run(f"examples/{name}.py", "--small", "--repeats=1", "--batch=2",
-                  f"--json={out}")
+                  "--time_limit=1", f"--json={out}")
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = json.loads(out.read_text())["results"]
     assert record["model"] == name and record["config"]["batch"] == 2
