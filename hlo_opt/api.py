@@ -5,7 +5,9 @@ input signature, captures the user's function, optimises its graph and evaluates
 result on the tracers.  jax therefore does the dispatch, the signature cache (shapes,
 dtypes, pytree structure, static values, weak types), donation, `.lower()` and every
 transformation (grad, vmap, an outer jit) exactly as for `jax.jit(fun)`; hlo_opt keeps
-one `Report` per signature.
+one `Report` per signature. With `frozen_argnums`, a call on concrete arrays goes instead
+to the signature's `frozen.Runner`: the weight-only work once per frozen value, then the
+per-call program (`pipeline.py` says how a signature is optimised).
 
 Errors in the user's function are the user's and propagate unchanged.  Any failure of
 ours logs a warning naming the function and runs the original program instead.
@@ -171,10 +173,13 @@ class Optimized:
         # Frozen arguments: the weight-only part runs once per distinct frozen value,
         # outside the per-call program, which needs concrete arrays. Under a trace
         # (grad, vmap, an outer jit) everything is computed inline instead.
-        leaves, _, key = self._signature(args, kwargs)
+        try:
+            leaves, _, key = self._signature(args, kwargs)
+            entry = self._entries.get(key)
+        except Exception:  # noqa: BLE001 - bad arguments: jax.jit says what is wrong
+            return self._outer(*args, **kwargs)
         if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
             return self._outer(*args, **kwargs)
-        entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = self._optimize(args, kwargs)
         if entry.runner is None:

@@ -159,6 +159,8 @@ def test_unhashable_static_argument_gets_jax_jits_error():
         jax.jit(f, static_argnums=1)(X, ["a", "b"])
     assert type(ours_err.value) is type(jax_err.value)
     assert "hash" in str(ours_err.value).lower()
+    with pytest.raises(ValueError, match="(?i)hash"):       # the frozen-argument path too
+        hlo_opt.jit(f, static_argnums=1, frozen_argnums=0)(X, ["a", "b"])
 
 
 def test_bad_options_name_the_function():
