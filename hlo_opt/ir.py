@@ -169,6 +169,44 @@ def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
                  [clones.get(n, n) for n in graph.effects])
 
 
+def substitute(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
+    """`graph` with each value in `subst` replaced by its image, where images may read
+    values that are themselves replaced (a chain of rewrites taken at once): every read,
+    in the graph or in an image, goes to the final image. Nodes that read nothing
+    replaced are shared. A substitution that would make a cycle raises GraphError."""
+    def final(v: Value) -> Value:
+        for _ in range(len(subst) + 1):
+            if v not in subst:
+                return v
+            v = subst[v]
+        raise GraphError("substitution chain loops")
+
+    built: dict[Node, Node] = {}
+    open_: set[Node] = set()
+    roots = [final(v).node for v in graph.outputs] + list(graph.effects) + list(graph.inputs)
+    stack = [(n, False) for n in reversed(roots)]
+    while stack:
+        node, post = stack.pop()
+        if post:
+            inputs = [final(v) for v in node.inputs]
+            inputs = [Value(built[v.node], v.index) for v in inputs]
+            deps = [built[d] for d in node.deps]
+            same = inputs == list(node.inputs) and deps == list(node.deps)
+            built[node] = node if same else Node(node.op, inputs, node.params, node.types, deps)
+            open_.discard(node)
+            continue
+        if node in built:
+            continue
+        if node in open_:
+            raise GraphError("substitution makes a cycle")
+        open_.add(node)
+        stack.append((node, True))
+        stack.extend((p, False) for p in reversed([final(v).node for v in node.inputs]
+                                                  + list(node.deps)) if p not in built)
+    return Graph(graph.inputs, [Value(built[final(v).node], final(v).index)
+                                for v in graph.outputs], [built[n] for n in graph.effects])
+
+
 def subgraph(values: Sequence[Value], leaves: Sequence[Value], *,
              keep_constants: bool = True) -> tuple["Graph", list[Value]]:
     """A graph computing `values` from fresh inputs standing for `leaves`; returns it and

@@ -71,3 +71,24 @@ def test_cli_verify_prints_the_axiom_table_and_the_totals(capsys):
     main(["rules", "list"])
     listed = capsys.readouterr().out
     assert "x@a, x@b -> split(x@concat(a,b))" in listed and "FAILED" not in listed
+
+
+def test_max_pooling_is_checked_symbolically_and_a_wrong_window_is_caught():
+    """The window axiom holds with max pooling on z3 terms; with the window left in
+    the transposed tensor's axis order (not renamed) it must fail."""
+    from hlo_opt.rules import Fn
+    from hlo_opt.rules.library import layout as L
+    from jax import lax
+    import jax.numpy as jnp
+    right = rules.AXIOMS["ax-transpose-window"]
+    assert verify.validate(right).ok
+    src = L.RULES["transpose-through-window"].src[0]
+    unrenamed = L.t(Pat(L.POOL, L.x, **{k: Fn(lambda m, k=k: m.params(src)[k])
+                                      for k in L.WINDOW_PARAMS}), L.perm)
+    wrong = axiom("transpose-window-unrenamed", src, unrenamed,
+                  lambda n: (lambda x: lax.reduce_window(lax.transpose(x, (0, 2, 3, 1)),
+                                                         -jnp.inf, lax.max, (1, 1, 2, 1),
+                                                         (1, 1, 1, 1), "VALID"),
+                             [(1, 3, 2, 3)]), cases=1)
+    outcome = verify.validate(wrong)
+    assert not outcome.ok, outcome.detail

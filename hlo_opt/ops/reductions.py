@@ -26,7 +26,7 @@ def _window_flops(node: Node) -> int:
     return node.types[0].size * int(np.prod(node.params["window_dimensions"]))
 
 
-def _reduce_window(fn, identity):
+def window_reference(fn, identity):
     """Pad (edges and base dilation) with the identity, view every window (with window
     dilation), take strides, reduce the window axes."""
     def reference(p, x):
@@ -58,8 +58,8 @@ for _prim, _fn in [(lax.reduce_sum_p, np.sum), (lax.reduce_max_p, np.max),
 primitive_op(lax.argmax_p, REDUCE, _arg(np.argmax), flops=_in_size)
 primitive_op(lax.argmin_p, REDUCE, _arg(np.argmin), flops=_in_size)
 primitive_op(lax.reduce_window_sum_p, WINDOW,
-             _reduce_window(np.sum, lambda dt: 0), flops=_window_flops)
+             window_reference(np.sum, lambda dt: 0), flops=_window_flops)
 primitive_op(lax.reduce_window_max_p, WINDOW,
-             _reduce_window(np.max, _lowest), flops=_window_flops)
+             window_reference(np.max, _lowest), flops=_window_flops)
 primitive_op(lax.reduce_window_min_p, WINDOW,
-             _reduce_window(np.min, _highest), flops=_window_flops)
+             window_reference(np.min, _highest), flops=_window_flops)

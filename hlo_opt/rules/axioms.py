@@ -218,7 +218,37 @@ LAYOUT = [
               dimension_numbers=L.respec(_co.inputs[0], out=True)),
           lambda n: (lambda x, w: lax.transpose(_conv4(x, w), _P4[n]), [(1, 2, 3, 3), (2, 2, 2, 2)]),
           cases=5),
+    # Statements of the sinking rules themselves (n-ary concat, pooling windows, a
+    # scalar or broadcast operand), each checked elementwise on small tensors.
+    *[axiom(f"transpose-concat-{k}", L.RULES[f"transpose-through-concat-{k}"].src,
+            L.RULES[f"transpose-through-concat-{k}"].tgt,
+            lambda n, k=k: (lambda *vs: jnp.concatenate([lax.transpose(v, _PERMS[1 + n % 5])
+                                                         for v in vs], n % 3),
+                            [(1, 2, 1)] * k))
+      for k in range(3, L.MAX_CONCAT + 1)],
+    axiom("transpose-window", L.RULES["transpose-through-window"].src,
+          L.RULES["transpose-through-window"].tgt,
+          lambda n: (lambda x: lax.reduce_window(
+              lax.transpose(x, _P4[n % 5]), *[(-jnp.inf, lax.max), (0.0, lax.add),
+                                              (jnp.inf, lax.min)][n % 3],
+              (1, 1, 2, 2), (1, 1, 1, n % 2 + 1), ("SAME", "VALID")[n % 2]),
+              [_unpermute((1, 2, 3, 3), _P4[n % 5])]), cases=6),
+    *[axiom(name.replace("transpose-through-binary", "binary-transpose"),
+            L.RULES[name].src, L.RULES[name].tgt,
+            lambda n, name=name: (lambda x, y: _binary_with(name, n, x, y),
+                                  [(3, 2, 2), () if "scalar" in name else (1, 3, 1)]),
+            guards=L.RULES[name].guards, cases=3)
+      for name in ("transpose-through-binary-scalar-lhs", "transpose-through-binary-scalar-rhs",
+                   "transpose-through-binary-broadcast-lhs",
+                   "transpose-through-binary-broadcast-rhs")],
 ]
+
+
+def _binary_with(name, n, x, y):
+    """sub, div or mul of x transposed and a scalar or broadcast y, on the side `name` says."""
+    tx = lax.transpose(x, (2, 0, 1))
+    op = (jnp.subtract, jnp.divide, jnp.multiply)[n % 3]
+    return op(tx, y) if name.endswith("lhs") else op(y, tx)
 
 
 # convolution ------------------------------------------------------------------------------------

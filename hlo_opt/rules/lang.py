@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hlo_opt import ops
-from hlo_opt.ir import Graph, Node, TensorType, Value, replace
+from hlo_opt.ir import Graph, Node, TensorType, Value, replace, substitute
 from hlo_opt.rules.pattern import (Build, Const, Fn, OpVar, Pat, Proj, Sym, Tensor,
                                    tensors, walk)
 
@@ -258,10 +258,52 @@ class Rule:
             return None
         return replace(graph, dict(zip(m.roots, new)))
 
+    def apply_all(self, graph: Graph, found: Sequence[Match]) -> tuple[Graph, int]:
+        """`graph` rewritten at every match in `found` (one per root value, the first),
+        and how many; one rebuild of the graph for all of them (`apply` rebuilds it
+        for each). Matches may overlap or follow one another (a chain of convs): each
+        target reads what its match bound, and `ir.substitute` sends every read of a
+        replaced value to its image. A single-root target reads only values above its
+        root, so no cycle can form; a multi-root match that would make one is
+        skipped, as `apply` does."""
+        if not found:
+            return graph, 0
+        users: dict[Node, list[Node]] = {}
+        if len(self.src) > 1:
+            for node in graph.nodes:
+                for parent in node.parents():
+                    users.setdefault(parent, []).append(node)
+        existing = set(graph.nodes)
+        subst: dict[Value, Value] = {}
+        taken = 0
+        for m in found:
+            if any(v in subst for v in m.roots):
+                continue
+            new = self.build(m)
+            if users:
+                reads = {v.node for value in new for v in _inputs_from(value, existing)}
+                if reads & _below({v.node for v in m.roots}, users):
+                    continue
+            subst.update(zip(m.roots, new))
+            taken += 1
+        return substitute(graph, subst), taken
 
-def _inputs_from(value: Value, graph: Graph) -> Iterator[Value]:
-    """The existing graph values a newly built value reads."""
-    existing = set(graph.nodes)
+
+def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:
+    """`roots` and their descendants."""
+    out, stack = set(roots), list(roots)
+    while stack:
+        for user in users.get(stack.pop(), ()):
+            if user not in out:
+                out.add(user)
+                stack.append(user)
+    return out
+
+
+def _inputs_from(value: Value, graph: "Graph | set[Node]") -> Iterator[Value]:
+    """The existing graph values (nodes of `graph`, or the set given) a newly built
+    value reads."""
+    existing = graph if isinstance(graph, set) else set(graph.nodes)
     stack, seen = [value], set()
     while stack:
         v = stack.pop()

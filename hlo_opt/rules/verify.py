@@ -250,6 +250,8 @@ def _symbolic(node: Node, xs: list) -> Sequence:
         pick = (lambda p, q: z3.If(p >= q, p, q)) if node.op == "max" else \
             (lambda p, q: z3.If(p <= q, p, q))
         return (np.vectorize(pick, otypes=[object])(a, b).reshape(node.types[0].shape),)
+    if node.op in ("reduce_window_max", "reduce_window_min"):
+        return (_window_extreme(node, xs[0]),)
     if node.op in IDENTITY:
         return (xs[0],)
     kind = ops.get(node.op).kind
@@ -259,6 +261,24 @@ def _symbolic(node: Node, xs: list) -> Sequence:
         return (np.vectorize(lambda *a: f(*a), otypes=[object])(*args)
                 .reshape(node.types[0].shape),)
     return ops.get(node.op).reference(node, *xs)
+
+
+def _window_extreme(node: Node, x: np.ndarray) -> np.ndarray:
+    """Max (min) pooling on z3 terms: each window folded with If; padding is one
+    uninterpreted constant (the -inf, or +inf, no real number is)."""
+    keep = (lambda p, q: z3.If(p >= q, p, q)) if node.op.endswith("max") else \
+        (lambda p, q: z3.If(p <= q, p, q))
+
+    def fold(view, axis):
+        cells = np.moveaxis(view, axis, tuple(range(-len(axis), 0)))
+        flat = cells.reshape(cells.shape[:-len(axis)] + (-1,))
+        out = np.empty(flat.shape[:-1], object)
+        for idx in np.ndindex(out.shape):
+            out[idx] = functools.reduce(keep, flat[idx])
+        return out
+
+    pad = z3.Real(f"pad_{node.op}")
+    return ops.reductions.window_reference(fold, lambda dtype: pad)(node.params, x)
 
 
 def symbolic_inputs(types: Sequence[TensorType]) -> list[np.ndarray]:

@@ -9,6 +9,8 @@ alpha = 1), "backtracking" (MetaFlow/TASO, alpha > 1 lets it pass through worse 
 `split_threshold` nodes, sampling above. Graphs above `split_threshold` nodes are split
 by a minimum vertex cut (`split.py`); the parts are searched one by one, stitched, and
 a short greedy pass over the whole graph then takes the rewrites that span the cuts.
+With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
+conv converted and the transposes cancelled, by the rules) when that is cheaper.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Rule
+from hlo_opt.search import layout
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result
@@ -46,7 +49,8 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
            algorithm: str = "auto", alpha: float = 1.3, budget: int | None = 2000,
            time_limit: float | None = 10.0, split_threshold: int | None = 150,
            max_growth: float = 2.0, q: int = 20, eta: int = 1, seed: int = 0,
-           progress: bool = False, clock: Callable[[], float] = time.perf_counter) -> Result:
+           progress: bool = False, layouts: bool = True,
+           clock: Callable[[], float] = time.perf_counter) -> Result:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; one of {ALGORITHMS}")
     rules = list(rules)
@@ -55,6 +59,10 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     start_cost = priced(graph)
     show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
     max_nodes = int(max_growth * len(graph.nodes)) + 1
+    original, prefix = graph, []
+    relaid = layout.relayout(graph, rules) if layouts and not limits.reason() else None
+    if relaid is not None and priced(relaid[0]) < start_cost:
+        graph, prefix = relaid
 
     def run(g: Graph, algo: str, lim: Limits = limits) -> Result:
         cost_of = priced.within(lim)
@@ -74,10 +82,12 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     else:
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
                                algorithm)
+    result.applied[:0] = prefix
     if result.cost > start_cost:     # parts searched apart can lose in the whole: never worse
-        result = Result(graph, start_cost, [], result.stop_reason, result.stats)
+        result = Result(original, start_cost, [], result.stop_reason, result.stats)
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
-                        costed=limits.costed, algorithm=algorithm)
+                        costed=limits.costed, algorithm=algorithm,
+                        relaid=None if relaid is None else priced(relaid[0]))
     if show:
         sys.stderr.write("\n")
     return result

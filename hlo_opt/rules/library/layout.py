@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.lax import ConvDimensionNumbers
 
-from hlo_opt.rules.lang import Fn, Guard, Pat, Rule, RuleSet, Sym, tensors
+from hlo_opt.rules.lang import Fn, Guard, OpVar, Pat, Rule, RuleSet, Sym, tensors
 from hlo_opt.rules.library.common import PLAIN, binary, concat, dot, rank, unary
 
 x, y, w = tensors("x y w")
@@ -55,10 +55,11 @@ _tg = t(Pat(g, x, y), perm)
 _ts = Pat("slice", t(x, perm))
 
 
-def unpermuted(key):
-    """slice(t(x, perm)) at `_ts`: its `key` param (per axis of t(x)) per axis of x."""
+def unpermuted(key, at=_ts):
+    """op(t(x, perm)) at `at` (a slice by default): its `key` param (per axis of t(x))
+    per axis of x."""
     def value(m):
-        per_axis = m.params(_ts)[key]
+        per_axis = m.params(at)[key]
         if per_axis is None:
             return None
         out = [0] * len(per_axis)
@@ -110,6 +111,73 @@ BASIC = [
          identity="concat(t(x), t(y)) -> t(concat(x, y))",
          example=lambda n: (lambda x, y: jnp.concatenate([x.T, y.T], n % 2),
                             [(2, 3), (2, 3)] if n % 2 else [(3, 2), (3, n + 1)])),
+]
+
+MAX_CONCAT = 8           # Inception and NASNet concatenate up to 6 branches
+
+
+def concat_rule(k: int) -> Rule:
+    """concat(t(x1), ..., t(xk)) -> t(concat(x1, ..., xk)) for k operands."""
+    xs = tensors(" ".join(f"x{i}" for i in range(k)))
+    return Rule(f"transpose-through-concat-{k}", "layout",
+                Pat("concatenate", *[t(v, perm) for v in xs], dimension=ax),
+                t(Pat("concatenate", *xs, dimension=_moved(xs[0], ax, perm)), perm),
+                identity=f"concat(t(x1), .., t(x{k})) -> t(concat(x1, .., x{k}))",
+                example=lambda n: (lambda *vs: jnp.concatenate([jnp.transpose(v, _perm3(n))
+                                                                for v in vs], n % 3),
+                                   [(2, 3, 4)] * k))
+
+
+BASIC += [concat_rule(k) for k in range(3, MAX_CONCAT + 1)]
+
+# pooling windows and broadcast operands ---------------------------------------------------------
+POOL = OpVar("pool", frozenset({"reduce_window_sum", "reduce_window_max", "reduce_window_min"}))
+WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation",
+                 "window_dilation")
+_pool = Pat(POOL, t(x, perm))
+
+
+def _pool_fn(n):
+    """Max, sum or min pooling on 4-D x transposed by NHWC->NCHW, stride n % 2 + 1."""
+    op, init = [(lax.max, -jnp.inf), (lax.add, 0.0), (lax.min, jnp.inf)][n % 3]
+    return lambda x: lax.reduce_window(jnp.transpose(x, TO_NCHW), init, op, (1, 1, 3, 2),
+                                       (1, 1, n % 2 + 1, 1), ("SAME", "VALID")[n % 2])
+
+
+def smaller(v, than) -> Guard:
+    """`v` broadcasts into `than` (a scalar, or the same rank with fewer elements)."""
+    def test(m):
+        small, big = m.shape(v), m.shape(than)
+        return small == () or (len(small) == len(big) and small != big
+                               and all(s in (1, b) for s, b in zip(small, big)))
+    return Guard("broadcast-operand", test)
+
+
+def _bcast_rule(side: int, scalar: bool) -> Rule:
+    """g(t(x), y) -> t(g(x, y')) with y a scalar (y' = y) or a smaller same-rank tensor
+    broadcast into t(x) (y' = y transposed back); `side` is t(x)'s operand position."""
+    tx = t(x, perm)
+    src = Pat(g, tx, y) if side == 0 else Pat(g, y, tx)
+    back = y if scalar else t(y, Fn(lambda m: inverse(m[perm])))
+    tgt = t(Pat(g, x, back) if side == 0 else Pat(g, back, x), perm)
+    shapes = [(3, 4, 2), ()] if scalar else [(3, 4, 2), (1, 1, 4)]
+    order = (lambda x, y: (x, y)) if side == 0 else (lambda x, y: (y, x))
+    return Rule(f"transpose-through-binary-{'scalar' if scalar else 'broadcast'}"
+                f"-{'lhs' if side == 0 else 'rhs'}", "layout", src, tgt,
+                guards=[smaller(y, tx), Guard("scalar" if scalar else "same-rank",
+                                              lambda m: (m.shape(y) == ()) == scalar)],
+                identity="g(t(x), y) -> t(g(x, " + ("y))" if scalar else "t'(y)))"),
+                example=lambda n: (lambda x, y: _binary(n)(*order(jnp.transpose(x, (2, 0, 1)),
+                                                                  y * (1 + n))),
+                                   shapes))
+
+
+SINK = [
+    Rule("transpose-through-window", "layout", _pool,
+         t(Pat(POOL, x, **{k: Fn(unpermuted(k, _pool)) for k in WINDOW_PARAMS}), perm),
+         identity="pool(t(x)) -> t(pool(x)) (window per axis renamed)",
+         example=lambda n: (_pool_fn(n), [(1, 5, 4, 2)])),
+    *[_bcast_rule(side, scalar) for side in (0, 1) for scalar in (True, False)],
 ]
 
 
@@ -268,4 +336,4 @@ CONV = [
                             [(1, n + 3, 4, 2), (3, 3, 2, 3)])),
 ]
 
-RULES = RuleSet(BASIC + REDUCE + DOT + CONV)
+RULES = RuleSet(BASIC + SINK + REDUCE + DOT + CONV)

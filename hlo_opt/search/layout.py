@@ -1,0 +1,63 @@
+"""The layout move: a whole network's convs to NHWC at once (TASO searches layouts as
+one more choice; here it is one macro move built from the verified rules).
+
+One conv moved to NHWC gains little on its own: it brings a transpose on each side, and
+the gain comes only when the transposes between consecutive convs cancel. A search one
+rule at a time reaches that after hundreds of steps (53 convs in ResNet-50, each with
+transposes to sink through ReLUs, adds, pools and concats), far past its time limit.
+`relayout` takes them all: `conv-to-nhwc` on every NCHW conv, then the transpose-moving
+rules, toward the outputs, until none applies. Every step is a verified rule, so the
+result is an equivalent graph; the search prices it like any other and starts from it
+only when it is cheaper.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hlo_opt.ir import Graph
+from hlo_opt.rules.lang import Rule
+
+TO_NHWC = ("conv-to-nhwc",)
+# Cancelling first, then sinking: each rule below either removes a transpose or moves
+# one toward the outputs (past a unary op, a binary op whose other operand is a scalar
+# or a smaller broadcast operand, a reduction, a pooling window, a slice, a concat), so
+# saturation ends.
+SINK = ("transpose-identity", "transpose-cancel", "transpose-fuse",
+        "transpose-through-binary", *(f"transpose-through-concat{k}"
+                                      for k in ("", "-3", "-4", "-5", "-6", "-7", "-8")),
+        "transpose-through-unary", "transpose-through-binary-scalar-lhs",
+        "transpose-through-binary-scalar-rhs", "transpose-through-binary-broadcast-lhs",
+        "transpose-through-binary-broadcast-rhs", "transpose-through-reduce",
+        "transpose-through-window", "transpose-through-slice")
+MAX_STEPS_PER_NODE = 10     # a bound on saturation, far above what the zoo needs (~2)
+
+
+def relayout(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[str]] | None:
+    """(graph with its NCHW convs in NHWC and transposes sunk, rule names applied), or
+    None when `rules` lack `conv-to-nhwc` or the graph has no NCHW conv."""
+    by_name = {r.name: r for r in rules}
+    if not all(name in by_name for name in TO_NHWC):
+        return None
+    converted, applied = saturate(graph, [by_name[n] for n in TO_NHWC])
+    if not applied:
+        return None
+    sink = [by_name[n] for n in SINK if n in by_name]
+    done, more = saturate(converted, sink, MAX_STEPS_PER_NODE * len(graph.nodes))
+    return done, applied + more
+
+
+def saturate(graph: Graph, rules: Sequence[Rule], max_steps: int | None = None
+             ) -> tuple[Graph, list[str]]:
+    """Apply `rules` until none matches (or `max_steps`), in rounds: each round applies
+    each rule at all the matches it can take at once (`Rule.apply_all`)."""
+    applied: list[str] = []
+    changed = True
+    while changed and (max_steps is None or len(applied) < max_steps):
+        changed = False
+        for rule in rules:
+            new, taken = rule.apply_all(graph, rule.matches(graph))
+            if taken and new.digest != graph.digest:
+                graph = new
+                applied += [rule.name] * taken
+                changed = True
+    return graph, applied

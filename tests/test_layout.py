@@ -1,0 +1,132 @@
+"""The layout move: every NCHW conv of a network to NHWC at once, the transposes
+between convs cancelled (`search.layout`), and the one-pass rewrite it is built on
+(`Rule.apply_all`, `ir.substitute`)."""
+import collections
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from hlo_opt import capture, emit, ir, ops, rules
+from hlo_opt.rules.library import layout as L
+from hlo_opt.search import layout, search
+from helpers import assert_close
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import models  # noqa: E402
+
+R = np.random.default_rng(5)
+
+
+def _rand(*shape):
+    return jnp.asarray(R.standard_normal(shape), jnp.float32)
+
+
+def _conv(x, w):
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME")
+
+
+def _chain(x, w1, w2, w3):
+    return jax.nn.relu(_conv(jax.nn.relu(_conv(jax.nn.relu(_conv(x, w1)), w2)), w3))
+
+
+CHAIN_ARGS = (_rand(1, 3, 8, 8), _rand(4, 3, 3, 3), _rand(4, 4, 1, 1), _rand(2, 4, 3, 3))
+
+
+def _inner_transposes(graph):
+    """Transposes inside the graph: not of an input (weights are free once frozen, the
+    image's is unavoidable) nor giving an output (back to the caller's layout); any
+    other is a copy between layouts."""
+    outputs = {v.node for v in graph.outputs}
+    return [n for n in graph.nodes if n.op == "transpose" and n not in outputs
+            and n.inputs[0].node.op != "input"]
+
+
+def test_apply_all_equals_applying_one_match_at_a_time():
+    g = capture.capture(_chain, CHAIN_ARGS).graph
+    for name in ("conv-to-nhwc", "conv-kernel-to-hwio"):
+        rule = L.RULES[name]
+        at_once, taken = rule.apply_all(g, rule.matches(g))
+        one_by_one = g
+        while (found := rule.matches(one_by_one)):
+            one_by_one = rule.apply(one_by_one, found[0])
+        assert taken == 3
+        assert at_once.digest == one_by_one.digest
+
+
+def test_substitute_redirects_reads_of_replaced_values_and_refuses_a_cycle():
+    g = capture.capture(lambda x: jnp.tanh(jnp.exp(x)), [np.ones(3, np.float32)]).graph
+    exp, tanh = [n for n in g.nodes if n.op != "input"]
+    # tanh's image reads exp's value; exp's value is replaced too: the image must read
+    # exp's image, and nothing of the old exp may survive.
+    new_exp = ops.make("sin", [exp.inputs[0]]).out()
+    new_tanh = ops.make("cos", [exp.out()]).out()
+    out = ir.substitute(g, {exp.out(): new_exp, tanh.out(): new_tanh})
+    assert [n.op for n in out.nodes if n.op != "input"] == ["sin", "cos"]
+    assert out.outputs[0].node.inputs[0].node.op == "sin"
+    looped = ops.make("cos", [tanh.out()]).out()       # exp := cos(tanh(exp(..)))
+    with pytest.raises(ir.GraphError):
+        ir.substitute(g, {exp.out(): looped})
+
+
+@pytest.mark.parametrize("name", ["resnet50", "inception_v3", "squeezenet", "nasnet_a"])
+def test_relayout_leaves_no_transpose_between_convs_and_keeps_the_answer(name):
+    fn, params, inputs = models.build(name, small=True)
+    g = capture.capture(fn, (params,) + tuple(inputs)).graph
+    assert _inner_transposes(g) == []
+    new, applied = layout.relayout(g, list(rules.ALL))
+    counts = collections.Counter(n.op for n in new.nodes)
+    convs = [n for n in new.nodes if n.op == "conv_general_dilated"]
+    assert convs and all(n.params["dimension_numbers"] == L.NHWC for n in convs)
+    assert _inner_transposes(new) == []
+    assert counts["conv_general_dilated"] == applied.count("conv-to-nhwc")
+    leaves = jax.tree_util.tree_leaves((params,) + tuple(inputs))
+    assert_close(emit.run(new, leaves), emit.run(g, leaves), 1e-4, name)
+
+
+def test_relayout_needs_the_conv_rule_and_an_nchw_conv():
+    g = capture.capture(_chain, CHAIN_ARGS).graph
+    assert layout.relayout(g, [r for r in rules.ALL if r.name != "conv-to-nhwc"]) is None
+    nhwc = capture.capture(lambda x, w: lax.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        (_rand(1, 8, 8, 3), _rand(3, 3, 3, 4))).graph
+    assert layout.relayout(nhwc, list(rules.ALL)) is None
+
+
+def _nchw_penalty(graph):
+    """A cost where an NCHW conv costs its transposes (XLA CPU's copies around an NHWC
+    kernel) and every transpose of a non-input is a copy."""
+    total = 0.0
+    for n in graph.nodes:
+        if n.op == "conv_general_dilated":
+            total += 1.0 if n.params["dimension_numbers"] == L.NHWC else 1.6
+        elif n.op == "transpose":
+            total += 0.0 if n.inputs[0].node.op == "input" else 0.3
+        elif n.op != "input":
+            total += 0.05
+    return total
+
+
+@pytest.mark.parametrize("layouts", [True, False])
+def test_search_starts_from_the_relaid_graph_only_when_asked_and_cheaper(layouts):
+    g = capture.capture(_chain, CHAIN_ARGS).graph
+    r = search(g, list(rules.ALL), _nchw_penalty, algorithm="greedy", budget=5,
+               time_limit=None, layouts=layouts)
+    if layouts:
+        assert r.applied.count("conv-to-nhwc") == 3 and r.stats["relaid"] < r.stats["start_cost"]
+        assert _inner_transposes(r.graph) == []
+    else:
+        assert "relaid" in r.stats and r.stats["relaid"] is None
+    assert_close(emit.run(r.graph, CHAIN_ARGS), emit.run(g, CHAIN_ARGS), 1e-5)
+
+
+def test_search_keeps_the_original_when_the_relaid_graph_costs_more():
+    g = capture.capture(_chain, CHAIN_ARGS).graph
+    r = search(g, list(rules.ALL), lambda h: len(h.nodes), algorithm="greedy", budget=5,
+               time_limit=None)
+    assert r.stats["relaid"] > r.stats["start_cost"]
+    assert "conv-to-nhwc" not in r.applied
