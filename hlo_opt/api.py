@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.extend import core as jcore
 from jax.tree_util import tree_unflatten
 
@@ -79,6 +80,12 @@ class Options:
 
 
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options))
+
+
+def _concrete(leaf) -> bool:
+    """An array value (not a tracer, not a shape-only stand-in)."""
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)) and \
+        not isinstance(leaf, jax.core.Tracer)
 
 
 def _as_tuple(value, kind) -> tuple:
@@ -267,8 +274,13 @@ class Optimized:
         try:
             original = capture.from_jaxpr(closed).check()
             frozen = self._frozen_leaves(args)
+            leaves = capture.split_static(args, kwargs, self._static_nums,
+                                          self._static_names)[0]
+            example = list(leaves) if len(leaves) == len(original.inputs) and \
+                all(map(_concrete, leaves)) else None
             with jax.ensure_compile_time_eval():    # timing must run, not be traced
-                outcome = pipeline.optimize(original, closed, frozen, self.options, self._name)
+                outcome = pipeline.optimize(original, closed, frozen, self.options, self._name,
+                                            example)
             _check_emission(outcome.graph, closed)
             runner = None
             if frozen and not outcome.report.fell_back and \

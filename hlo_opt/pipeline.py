@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 from jax.extend import core as jcore
 
 from hlo_opt import check, cost, emit, store
@@ -50,7 +51,12 @@ class Outcome:
 
 
 def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], options,
-             name: str) -> Outcome:
+             name: str, example: Sequence | None = None) -> Outcome:
+    """`example`: the call's own argument leaves (concrete arrays), when there are any.
+    verify runs on them too, and draws its random frozen arguments (weights) at their
+    scale; measure_final times with them. Standard normal weights are no test of a deep
+    network: they overflow ResNet-50's activations to inf, where any two orders of
+    summation "differ"."""
     frozen = tuple(frozen)
     rules = list(options.rules) if options.rules is not None else list(library.ALL)
     disk = store.GraphStore(options.cache_dir)
@@ -80,7 +86,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
                     measured_before=None, measured_after=None, search_seconds=seconds,
                     stop_reason=result.stop_reason, fell_back=False, reason=None,
                     source=emit.to_source(result.graph, _identifier(name)))
-    outcome = _guard(original, closed, result.graph, frozen, options, report)
+    outcome = _guard(original, closed, result.graph, frozen, options, report, example)
     if key:
         disk.put(key, original, outcome.graph, outcome.report)
     return outcome
@@ -97,7 +103,23 @@ def _search_clock(model, limit: float):
     return lambda: time.perf_counter() - min(model.measuring, allowance)
 
 
-def _guard(original, closed, optimized, frozen, options, report) -> Outcome:
+def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:
+    """Random arguments of `types`. With an `example`, each frozen floating-point one is
+    drawn at the mean and spread of the example's (or, with `keep`, is the example's)."""
+    args = measure.random_args(types, seed=seed)
+    if example is None:
+        return args
+    for i in frozen:
+        given = jnp.asarray(example[i])
+        if keep or not jnp.issubdtype(given.dtype, jnp.floating) or given.size < 2:
+            args[i] = example[i]
+        else:
+            wide = given.astype(jnp.float32)
+            args[i] = (args[i] * wide.std() + wide.mean()).astype(args[i].dtype)
+    return args
+
+
+def _guard(original, closed, optimized, frozen, options, report, example=None) -> Outcome:
     """Verify and time the optimised graph; the original where it loses."""
     changed = optimized.digest != original.digest
     if original.effects and (options.verify or options.measure_final) and (changed or frozen):
@@ -107,12 +129,14 @@ def _guard(original, closed, optimized, frozen, options, report) -> Outcome:
     types = [n.types[0] for n in original.inputs]
     reference = jax.jit(jcore.jaxpr_as_fun(closed))
     if changed and options.verify:
-        args = [measure.random_args(types, seed=1 + k) for k in range(VERIFY_INPUTS)]
+        args = [_inputs(types, frozen, example, seed=1 + k) for k in range(VERIFY_INPUTS)]
+        if example is not None:
+            args.insert(0, list(example))
         why = check.compare(reference, jax.jit(emit.to_callable(optimized)), args)
         if why:
             return _fall_back(original, report, f"verify: the optimised program differs {why}")
     if options.measure_final and (changed or frozen):
-        leaves = measure.random_args(types)
+        leaves = _inputs(types, frozen, example, seed=0, keep=True)
         runner = Runner(optimized, frozen)
         fn, args = runner.runtime_args(leaves)
         ratio = measure.ratio(fn, args, reference, leaves)

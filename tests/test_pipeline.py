@@ -64,6 +64,13 @@ class _Backwards(cost.CostModel):
         return Cost(1.0 / len(graph.nodes), ())
 
 
+class _Nodes(cost.CostModel):
+    """Each node costs one: fewer nodes, faster."""
+
+    def cost(self, graph, frozen=()):
+        return Cost(float(len(graph.nodes)), ())
+
+
 def pointwise(w, x):
     return lax.conv_general_dilated(x, w, (1, 1), "SAME",
                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -148,3 +155,20 @@ def test_a_second_process_reuses_the_optimised_graph(tmp_path):
     assert runs[0]["applied"] == runs[1]["applied"] and runs[0]["applied"]
     assert runs[0]["digest"] == runs[1]["digest"]
     assert runs[0]["out"] == pytest.approx(runs[1]["out"], rel=1e-6)
+
+
+def absolute(w, x):
+    return x @ jnp.abs(w)
+
+
+def test_verify_runs_on_the_call_and_on_weights_drawn_at_their_scale(tmp_path):
+    """abs(w) -> w is harmless for the caller's (positive) weights, so the call's own
+    arguments alone would not catch it; random weights at their scale (mean 0.8, spread
+    0.6) do."""
+    drop_abs = Rule("drop-abs", "algebra", Pat("abs", x_), x_)      # wrong on purpose
+    positive = jnp.abs(W["q"])
+    wrong = hlo_opt.jit(absolute, frozen_argnums=(0,), rules=[drop_abs], measure_final=False,
+                        cache_dir=tmp_path, cost=_Nodes(), time_limit=3.0)
+    report = wrong.explain(positive, X)
+    assert report.fell_back and "random inputs #1" in report.reason
+    assert_close(wrong(positive, X), jax.jit(absolute)(positive, X), 0.0)

@@ -201,3 +201,22 @@ def test_the_time_limit_is_read_on_the_given_clock():
     frozen = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5,
                     time_limit=5.0, budget=30, split_threshold=None, clock=lambda: 0.0)
     assert frozen.stop_reason == BUDGET
+
+
+def test_a_rule_at_all_its_matches_is_one_move():
+    """Four 1x1 convs, a cost that prefers matmuls: one expansion of the start graph
+    (its single-match moves and the all-matches move) already reaches all four."""
+    def four(x, a, b, c, d):
+        nhwc = ("NHWC", "HWIO", "NHWC")
+        return [lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=nhwc)
+                for k in (a, b, c, d)]
+    args = (_rand(1, 4, 4, 3),) + tuple(_rand(1, 1, 3, 2) for _ in range(4))
+    g = capture.capture(four, args).graph
+    def cost_of(h):
+        return sum(n.op == "conv_general_dilated" for n in h.nodes) + 0.01 * len(h.nodes)
+    rule = conv.RULES["conv1x1-as-dot"]
+    r = search(g, [rule], cost_of, algorithm="greedy", budget=6, time_limit=None,
+               max_growth=3.0)     # each conv becomes three reshapes and a dot
+    assert r.applied == ["conv1x1-as-dot"] * 4 and r.stop_reason == BUDGET
+    assert _ops(r.graph)["conv_general_dilated"] == 0
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-5)

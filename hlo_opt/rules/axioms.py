@@ -307,7 +307,10 @@ CONVOLUTION = [
           ("enlarge-kernel", lambda n: (lambda x, w: _convn(x, w, n), [(1, 1, 3, 3), (1, 1, 1, 1)])),
           ("avgpool-as-conv", lambda n: (lambda x: lax.reduce_window(
               x, 0.0, lax.add, (1, 1, 2, 2), (1, 1, n % 2 + 1, 1), ("VALID", "SAME", "VALID")[n]),
-              [(1, 2, 3, 3)]))]],
+              [(1, 2, 3, 3)])),
+          ("conv1x1-as-dot", lambda n: (C._nhwc1x1, [(n % 2 + 1, 2, 3, 2), (1, 1, 2, n + 1)])),
+          ("strided-conv1x1-as-dot", lambda n: (lambda x, w: C._nhwc1x1(x, w, 2),
+                                                [(1, 3, n + 1, 2), (1, 1, 2, 2)]))]],
 ]
 
 

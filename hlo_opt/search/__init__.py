@@ -7,8 +7,11 @@
 alpha = 1), "backtracking" (MetaFlow/TASO, alpha > 1 lets it pass through worse graphs),
 "sampling" (OCGGS, polynomial time); "auto" takes backtracking for graphs up to
 `split_threshold` nodes, sampling above. Graphs above `split_threshold` nodes are split
-by a minimum vertex cut (`split.py`); the parts are searched one by one, stitched, and
-a short greedy pass over the whole graph then takes the rewrites that span the cuts.
+by a minimum vertex cut (`split.py`); before the cut, a greedy pass over the whole graph
+takes the best rule applied at all its matches at once (`core.Everywhere`: the same
+decision for every repeated block, which the parts, searched apart, would each have to
+find); the parts are searched one by one, stitched, and a short greedy pass over the
+whole graph then takes the rewrites that span the cuts.
 With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
 conv converted and the transposes cancelled, by the rules) when that is cheaper.
 """
@@ -24,7 +27,8 @@ from hlo_opt.rules.lang import Rule
 from hlo_opt.search import layout
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
-from hlo_opt.search.core import BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result
+from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Everywhere, Limits, Priced,
+                                 Result, options, step)
 from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
@@ -80,6 +84,8 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if not splittable:
         result = run(graph, algorithm)
     else:
+        graph, names = _everywhere(graph, rules, priced, limits, max_nodes)
+        prefix += names
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
                                algorithm)
     result.applied[:0] = prefix
@@ -91,6 +97,24 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if show:
         sys.stderr.write("\n")
     return result
+
+
+def _everywhere(graph, rules, priced, limits, max_nodes) -> tuple[Graph, list[str]]:
+    """Greedy over whole-graph moves: take the cheapest rule-at-all-its-matches while
+    it lowers the cost."""
+    applied: list[str] = []
+    while not limits.reason():
+        best = (priced(graph), None, None)
+        for rule, at in options(graph, rules, limits):
+            if isinstance(at, Everywhere) and (move := step(graph, rule, at, max_nodes)):
+                if (c := priced(move[1])) < best[0]:
+                    best = (c, move[1], move[0])
+            if limits.reason():
+                break
+        if best[1] is None:
+            break
+        graph, applied = best[1], applied + best[2]
+    return graph, applied
 
 
 def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algorithm):

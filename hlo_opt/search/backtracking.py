@@ -26,17 +26,17 @@ def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits,
     reason = None
     while queue and not (reason := limits.reason()):
         _, _, current, path, costs = heapq.heappop(queue)
-        for name, new in moves(current, rules, max_nodes, limits):
+        for names, new in moves(current, rules, max_nodes, limits):
             if new.digest in seen:
                 continue
             seen.add(new.digest)
             c = cost(new)
             if c < best[0]:
-                best = (c, new, path + [name], costs + [c])
+                best = (c, new, path + names, costs + [c])
                 if progress:
                     progress(best[0], limits)
             if c < alpha * best[0]:
-                heapq.heappush(queue, (c, next(order), new, path + [name], costs + [c]))
+                heapq.heappush(queue, (c, next(order), new, path + names, costs + [c]))
             if (reason := limits.reason()):
                 break
     # The queue can run dry because matching stopped at the limit: that is no saturation.

@@ -1,7 +1,9 @@
 """What every search shares: the moves out of a graph, the stopping rules, the result.
 
-A move is one rule applied at one match; a rewrite that would create a cycle or grow
-the graph past the node cap (2x the original, as TASO does) is not a move.
+A move is one rule applied at one match, or at every match it has (`Everywhere`): a
+network repeats its blocks, and one decision for all sixteen grouped convs of ResNeXt
+is one step, not sixteen. A rewrite that would create a cycle or grow the graph past
+the node cap (2x the original, as TASO does) is not a move.
 """
 from __future__ import annotations
 
@@ -43,13 +45,41 @@ def matches(graph: Graph, rules: Sequence[Rule],
             yield rule, m
 
 
+class Everywhere(tuple):
+    """The matches of one rule, taken as one move (`Rule.apply_all`)."""
+
+
+def options(graph: Graph, rules: Sequence[Rule],
+            limits: "Limits | None" = None) -> Iterator[tuple[Rule, "Match | Everywhere"]]:
+    """`matches`, and after each rule with several matches, all of them at once."""
+    index = by_op(graph)
+    for rule in rules:
+        if limits is not None and limits.reason():
+            return
+        found = rule.matches(graph, index)
+        yield from ((rule, m) for m in found)
+        if len(found) > 1:
+            yield rule, Everywhere(found)
+
+
+def step(graph: Graph, rule: Rule, at: "Match | Everywhere",
+         max_nodes: int) -> tuple[list[str], Graph] | None:
+    """(rule names applied, new graph) for one move, or None when it is no move."""
+    if isinstance(at, Everywhere):
+        new, taken = rule.apply_all(graph, at)
+    else:
+        new, taken = rule.apply(graph, at), 1
+    if new is None or len(new.nodes) > max_nodes or new.digest == graph.digest:
+        return None
+    return [rule.name] * taken, new
+
+
 def moves(graph: Graph, rules: Sequence[Rule], max_nodes: int,
-          limits: "Limits | None" = None) -> Iterator[tuple[str, Graph]]:
-    """(rule name, rewritten graph) for every applicable move."""
-    for rule, m in matches(graph, rules, limits):
-        new = rule.apply(graph, m)
-        if new is not None and len(new.nodes) <= max_nodes and new.digest != graph.digest:
-            yield rule.name, new
+          limits: "Limits | None" = None) -> Iterator[tuple[list[str], Graph]]:
+    """(rule names applied, rewritten graph) for every applicable move."""
+    for rule, at in options(graph, rules, limits):
+        if (move := step(graph, rule, at, max_nodes)) is not None:
+            yield move
 
 
 class Limits:

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Rule
-from hlo_opt.search.core import SATURATED, Limits, Priced, Result, matches
+from hlo_opt.search.core import SATURATED, Limits, Priced, Result, options, step
 
 
-def _apply(rule, m, graph, max_nodes):
-    new = rule.apply(graph, m)
-    return new if new is not None and len(new.nodes) <= max_nodes else None
+def _apply(rule, at, graph, max_nodes):
+    """(names, graph) of the move, or ([], None)."""
+    return step(graph, rule, at, max_nodes) or ([], None)
 
 
 def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
@@ -32,10 +32,10 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
     reason = None
     while not (reason := limits.reason()):
         pool = [(c, g, p, rule, m) for c, g, p in frontier
-                for rule, m in matches(g, rules, limits)]
+                for rule, m in options(g, rules, limits)]
         improved = []
         for base, g, path, rule, m in rng.sample(pool, min(q, len(pool))):
-            current, steps = _apply(rule, m, g, max_nodes), [rule.name]
+            steps, current = _apply(rule, m, g, max_nodes)
             for depth in range(eta + 1):
                 if current is None or current.digest in seen:
                     break
@@ -46,11 +46,12 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
                     break
                 if depth == eta or (reason := limits.reason()):
                     break
-                options = list(matches(current, rules, limits))
-                if not options:
+                choices = list(options(current, rules, limits))
+                if not choices:
                     break
-                rule2, m2 = rng.choice(options)
-                current, steps = _apply(rule2, m2, current, max_nodes), steps + [rule2.name]
+                rule2, m2 = rng.choice(choices)
+                more, current = _apply(rule2, m2, current, max_nodes)
+                steps = steps + more
             if reason or (reason := limits.reason()):
                 break
         if improved:

