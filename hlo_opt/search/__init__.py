@@ -27,12 +27,16 @@ from hlo_opt.rules.lang import Rule
 from hlo_opt.search import layout
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
-from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Everywhere, Limits, Priced,
-                                 Result, options, step)
+from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result,
+                                 everywhere, step)
 from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
 STITCH_BUDGET = 50          # graphs the greedy pass across the cuts may cost
+WHOLE_GROWTH = 6.0          # node cap of the whole-graph moves, times the input's nodes:
+                            # NASNet-A's 77 depthwise convs as taps add 35 nodes each
+WHOLE_GAIN = 0.005          # a whole-graph move must gain this much (not noise)
+WHOLE_FAMILIES = ("conv", "concat_split", "fusion", "algebra")
 
 __all__ = ["search", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
 
@@ -84,8 +88,10 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if not splittable:
         result = run(graph, algorithm)
     else:
-        graph, names = _everywhere(graph, rules, priced, limits, max_nodes)
+        graph, names = _everywhere(graph, rules, priced, limits,
+                                   int(WHOLE_GROWTH * len(original.nodes)) + 1)
         prefix += names
+        max_nodes = max(max_nodes, int(max_growth * len(graph.nodes)) + 1)
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
                                algorithm)
     result.applied[:0] = prefix
@@ -100,20 +106,25 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
 
 
 def _everywhere(graph, rules, priced, limits, max_nodes) -> tuple[Graph, list[str]]:
-    """Greedy over whole-graph moves: take the cheapest rule-at-all-its-matches while
-    it lowers the cost."""
+    """Sweeps of first-improvement greedy over whole-graph moves (a rule at all its
+    matches, or at all those of one shape), while a sweep improves. Layout rules are
+    left out: the layout move has made that decision for the whole graph already. The
+    families that change kernels (conv, then concat/split) go first: the time may run
+    out before the sweep ends."""
     applied: list[str] = []
-    while not limits.reason():
-        best = (priced(graph), None, None)
-        for rule, at in options(graph, rules, limits):
-            if isinstance(at, Everywhere) and (move := step(graph, rule, at, max_nodes)):
-                if (c := priced(move[1])) < best[0]:
-                    best = (c, move[1], move[0])
-            if limits.reason():
-                break
-        if best[1] is None:
-            break
-        graph, applied = best[1], applied + best[2]
+    improved = True
+    ordered = sorted((r for r in rules if r.family in WHOLE_FAMILIES),
+                     key=lambda r: WHOLE_FAMILIES.index(r.family))
+    while improved:
+        improved = False
+        for rule in ordered:
+            for group in everywhere(rule.matches(graph)):
+                if limits.reason():
+                    return graph, applied
+                move = step(graph, rule, group, max_nodes)
+                if move and priced(move[1]) < priced(graph) * (1 - WHOLE_GAIN):
+                    graph, applied, improved = move[1], applied + move[0], True
+                    break              # the rule's matches changed: on to the next rule
     return graph, applied
 
 

@@ -1,8 +1,8 @@
 """What every search shares: the moves out of a graph, the stopping rules, the result.
 
-A move is one rule applied at one match, or at every match it has (`Everywhere`): a
-network repeats its blocks, and one decision for all sixteen grouped convs of ResNeXt
-is one step, not sixteen. A rewrite that would create a cycle or grow the graph past
+A move is one rule applied at one match, at every match it has, or at every match of
+one shape (`Everywhere`): a network repeats its blocks, and one decision for all
+sixteen grouped convs of ResNeXt, or for the three of its last stage, is one step. A rewrite that would create a cycle or grow the graph past
 the node cap (2x the original, as TASO does) is not a move.
 """
 from __future__ import annotations
@@ -51,15 +51,33 @@ class Everywhere(tuple):
 
 def options(graph: Graph, rules: Sequence[Rule],
             limits: "Limits | None" = None) -> Iterator[tuple[Rule, "Match | Everywhere"]]:
-    """`matches`, and after each rule with several matches, all of them at once."""
+    """`matches`, and after each rule with several matches, all of them at once and
+    all those of each shape."""
     index = by_op(graph)
     for rule in rules:
         if limits is not None and limits.reason():
             return
         found = rule.matches(graph, index)
         yield from ((rule, m) for m in found)
-        if len(found) > 1:
-            yield rule, Everywhere(found)
+        yield from ((rule, group) for group in everywhere(found))
+
+
+def everywhere(found: Sequence[Match]) -> list[Everywhere]:
+    """A rule's all-at-once moves: all its matches, and all those of each shape (when
+    there are several shapes, each with several matches)."""
+    if len(found) < 2:
+        return []
+    groups: dict[tuple, list[Match]] = {}
+    for m in found:
+        groups.setdefault(_shapes(m), []).append(m)
+    alike = [Everywhere(g) for g in groups.values() if len(g) > 1] if len(groups) > 1 else []
+    return [Everywhere(found)] + alike
+
+
+def _shapes(m: Match) -> tuple:
+    """The types a match reads and writes: its matches with equal ones are the same
+    block repeated (a stage of a ResNet), where a rewrite pays or loses alike."""
+    return tuple(v.type for v in m.leaves()) + tuple(v.type for v in m.roots)
 
 
 def step(graph: Graph, rule: Rule, at: "Match | Everywhere",
