@@ -82,6 +82,15 @@ class Options:
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options))
 
 
+def _aval_key(leaf) -> tuple:
+    """(shape, dtype, weak_type) of an argument leaf; read off a concrete jax array
+    directly (jax.typeof costs 3 us a leaf, a quarter of a small model's call overhead)."""
+    if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
+        return leaf.shape, leaf.dtype, leaf.weak_type
+    aval = jax.typeof(leaf)
+    return aval.shape, aval.dtype, aval.weak_type
+
+
 def _concrete(leaf) -> bool:
     """An array value (not a tracer, not a shape-only stand-in)."""
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)) and \
@@ -241,7 +250,7 @@ class Optimized:
         nargs = len(args)
         statics = tuple((i % nargs, args[i]) for i in self._static_nums if -nargs <= i < nargs)
         statics += tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_names))
-        avals = tuple((a.shape, a.dtype, a.weak_type) for a in map(jax.typeof, leaves))
+        avals = tuple(map(_aval_key, leaves))
         return leaves, in_tree, (in_tree, avals, statics)
 
     def _body(self, *args, **kwargs):
