@@ -4,6 +4,7 @@
     python examples/bench_all.py --quick          # the small configs: a smoke run
     python examples/bench_all.py --train          # add training steps of BERT and ResNet-50
     python examples/bench_all.py --readme         # also rewrite README.md's Benchmarks table
+    python examples/bench_all.py --layout=NHWC --readme    # the CNNs in NHWC (own table)
 
 Writes, under --out: results.json (environment and one record per model), results.md
 (the table) and speedup.png (a bar chart of the speed-ups with their min–max spread).
@@ -97,7 +98,7 @@ def main(argv):
         f.write(text)
     chart(records, env, os.path.join(FLAGS.out, "speedup.png"))
     if FLAGS.readme:
-        bench.rewrite_readme("bench_all", text)
+        bench.rewrite_readme("bench_all" if FLAGS.layout == "NCHW" else "bench_all_nhwc", text)
     print(text)
     return 1 if any("error" in r for r in records) else 0
 
