@@ -155,25 +155,10 @@ def copy_nodes(nodes: Iterable[Node], env: dict[Value, Value], *,
 
 def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
     """`graph` with each value in `subst` replaced by its image; the consumers of a
-    replaced value are rebuilt (and theirs, and so on), everything else is shared."""
-    env = dict(subst)
-    clones: dict[Node, Node] = {}
-    for node in graph.nodes:
-        inputs = [env.get(v, v) for v in node.inputs]
-        deps = [clones.get(d, d) for d in node.deps]
-        if inputs != list(node.inputs) or deps != list(node.deps):
-            clone = Node(node.op, inputs, node.params, node.types, deps)
-            clones[node] = clone
-            env.update((v, c) for v, c in zip(node.outputs, clone.outputs) if v not in env)
-    return Graph(graph.inputs, [env.get(v, v) for v in graph.outputs],
-                 [clones.get(n, n) for n in graph.effects])
-
-
-def substitute(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
-    """`graph` with each value in `subst` replaced by its image, where images may read
-    values that are themselves replaced (a chain of rewrites taken at once): every read,
-    in the graph or in an image, goes to the final image. Nodes that read nothing
-    replaced are shared. A substitution that would make a cycle raises GraphError."""
+    replaced value are rebuilt (and theirs, and so on), everything else is shared.
+    Images may read values that are themselves replaced (a chain of rewrites taken at
+    once): every read, in the graph or in an image, goes to the final image. A
+    substitution that would make a cycle raises GraphError."""
     def final(v: Value) -> Value:
         for _ in range(len(subst) + 1):
             if v not in subst:

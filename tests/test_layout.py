@@ -1,6 +1,6 @@
 """The layout move: every NCHW conv of a network to NHWC at once, the transposes
 between convs cancelled (`search.layout`), and the one-pass rewrite it is built on
-(`Rule.apply_all`, `ir.substitute`)."""
+(`Rule.apply_all`, `ir.replace`)."""
 import collections
 import sys
 from pathlib import Path
@@ -58,19 +58,19 @@ def test_apply_all_equals_applying_one_match_at_a_time():
         assert at_once.digest == one_by_one.digest
 
 
-def test_substitute_redirects_reads_of_replaced_values_and_refuses_a_cycle():
+def test_replace_redirects_reads_of_replaced_values_and_refuses_a_cycle():
     g = capture.capture(lambda x: jnp.tanh(jnp.exp(x)), [np.ones(3, np.float32)]).graph
     exp, tanh = [n for n in g.nodes if n.op != "input"]
     # tanh's image reads exp's value; exp's value is replaced too: the image must read
     # exp's image, and nothing of the old exp may survive.
     new_exp = ops.make("sin", [exp.inputs[0]]).out()
     new_tanh = ops.make("cos", [exp.out()]).out()
-    out = ir.substitute(g, {exp.out(): new_exp, tanh.out(): new_tanh})
+    out = ir.replace(g, {exp.out(): new_exp, tanh.out(): new_tanh})
     assert [n.op for n in out.nodes if n.op != "input"] == ["sin", "cos"]
     assert out.outputs[0].node.inputs[0].node.op == "sin"
     looped = ops.make("cos", [tanh.out()]).out()       # exp := cos(tanh(exp(..)))
     with pytest.raises(ir.GraphError):
-        ir.substitute(g, {exp.out(): looped})
+        ir.replace(g, {exp.out(): looped})
 
 
 @pytest.mark.parametrize("name", ["resnet50", "inception_v3", "squeezenet", "nasnet_a"])

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hlo_opt import ops
-from hlo_opt.ir import Graph, Node, TensorType, Value, replace, substitute
+from hlo_opt.ir import Graph, Node, TensorType, Value, replace
 from hlo_opt.rules.pattern import (Build, Const, Fn, OpVar, Pat, Proj, Sym, Tensor,
                                    tensors, walk)
 
@@ -262,7 +262,7 @@ class Rule:
         """`graph` rewritten at every match in `found` (one per root value, the first),
         and how many; one rebuild of the graph for all of them (`apply` rebuilds it
         for each). Matches may overlap or follow one another (a chain of convs): each
-        target reads what its match bound, and `ir.substitute` sends every read of a
+        target reads what its match bound, and `ir.replace` sends every read of a
         replaced value to its image. A single-root target reads only values above its
         root, so no cycle can form; a multi-root match that would make one is
         skipped, as `apply` does."""
@@ -286,7 +286,7 @@ class Rule:
                     continue
             subst.update(zip(m.roots, new))
             taken += 1
-        return substitute(graph, subst), taken
+        return replace(graph, subst), taken
 
 
 def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:
