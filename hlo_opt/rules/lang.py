@@ -251,12 +251,8 @@ class Rule:
     def apply(self, graph: Graph, m: Match) -> Graph | None:
         """`graph` rewritten at `m`, or None when the rewrite would create a cycle (a
         target input computed from one of the values it replaces)."""
-        new = self.build(m)
-        after = _descendants(graph, {v.node for v in m.roots})
-        reads = {v.node for value in new for v in _inputs_from(value, graph)}
-        if reads & after:
-            return None
-        return replace(graph, dict(zip(m.roots, new)))
+        new, taken = self.apply_all(graph, [m])
+        return new if taken else None
 
     def apply_all(self, graph: Graph, found: Sequence[Match]) -> tuple[Graph, int]:
         """`graph` rewritten at every match in `found` (one per root value, the first),
@@ -314,14 +310,6 @@ def _inputs_from(value: Value, graph: "Graph | set[Node]") -> Iterator[Value]:
             continue
         seen.add(id(v.node))
         stack.extend(v.node.inputs)
-
-
-def _descendants(graph: Graph, roots: set[Node]) -> set[Node]:
-    out = set(roots)
-    for node in graph.nodes:              # topological: one pass suffices
-        if any(p in out for p in node.parents()):
-            out.add(node)
-    return out
 
 
 def _unify(pat, value: Value, values: dict, syms: dict, opvars: dict):

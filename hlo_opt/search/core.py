@@ -2,8 +2,9 @@
 
 A move is one rule applied at one match, at every match it has, or at every match of
 one shape (`Everywhere`): a network repeats its blocks, and one decision for all
-sixteen grouped convs of ResNeXt, or for the three of its last stage, is one step. A rewrite that would create a cycle or grow the graph past
-the node cap (2x the original, as TASO does) is not a move.
+sixteen grouped convs of ResNeXt, or for the three of its last stage, is one step. A
+rewrite that would create a cycle or grow the graph past the node cap (2x the original,
+as TASO does) is not a move.
 """
 from __future__ import annotations
 
