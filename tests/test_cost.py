@@ -238,6 +238,21 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     assert not summed.cost(graph_of(light, x, w)).whole and summed.programs == 0
 
 
+def test_kernels_of_a_program_timed_whole_are_not_timed_alone(tmp_path):
+    """Once graphs of a signature are known to be timed whole, a candidate's new
+    kernels are only a breakdown: read from the cache or the roofline, never compiled
+    and timed (that cost the search candidates and bought nothing)."""
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    first = model.cost(graph_of(lambda x, w: x @ w, x, w))
+    timed = model.measured
+    assert first.whole and timed == 1
+    other = model.cost(graph_of(lambda x, w: jnp.tanh(x @ w) * 2.0, x, w))
+    assert other.whole and model.programs == 2
+    assert model.measured == timed               # the tanh-and-scale kernel: not timed
+    assert all(k.seconds > 0 for k in other.kernels)    # but still in the breakdown
+
+
 def test_effectful_kernels_are_priced_without_running_them(tmp_path, capfd):
     def noisy(x):
         jax.debug.print("side effect {}", x.sum())

@@ -12,6 +12,7 @@ from jax import lax
 from hlo_opt import capture, cost, emit, rules
 from hlo_opt.rules.library import concat_split, conv
 from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
+from hlo_opt.search import merges
 from hlo_opt.search import split as splitting
 from hlo_opt.search.core import exhaustive, matches, moves
 from helpers import assert_close
@@ -220,3 +221,38 @@ def test_a_rule_at_all_its_matches_is_one_move():
     assert r.applied == ["conv1x1-as-dot"] * 4 and r.stop_reason == BUDGET
     assert _ops(r.graph)["conv_general_dilated"] == 0
     assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-5)
+
+
+def _eight_gates(x, *ws):
+    return [jnp.tanh(x @ w) for w in ws]
+
+
+def test_the_merge_move_merges_every_dot_sharing_an_operand():
+    """Eight dots reading one x (NasRNN's gates) become one dot in one move: three
+    rounds of pairwise merges, flattened, as verified rules."""
+    args = (_rand(2, 8),) + tuple(_rand(8, 4) for _ in range(8))
+    g = capture.capture(_eight_gates, args).graph
+    merged, applied = merges.merge_all(g, rules.ALL, max_nodes=10 * len(g.nodes))
+    assert _ops(merged)["dot_general"] == 1 and applied.count("merge-dots-shared-lhs") == 7
+    assert_close(emit.run(merged, args), emit.run(g, args), 1e-5)
+    assert merges.merge_all(g, [r for r in rules.ALL if r.name != "merge-dots-shared-lhs"],
+                            10 * len(g.nodes)) is None
+    assert merges.merge_all(g, rules.ALL, max_nodes=len(g.nodes)) is None    # too big
+    lone = capture.capture(lambda x, w: x @ w, args[:2]).graph
+    assert merges.merge_all(lone, rules.ALL, 10 * len(lone.nodes)) is None
+
+
+def test_a_split_graph_starts_from_the_merged_graph_only_when_it_is_cheaper():
+    args = (_rand(2, 8),) + tuple(_rand(8, 4) for _ in range(8))
+    g = capture.capture(_eight_gates, args).graph
+    def dots(h):
+        return sum(n.op == "dot_general" for n in h.nodes) + 0.001 * len(h.nodes)
+    kw = dict(algorithm="greedy", budget=3, time_limit=None, split_threshold=4,
+              max_growth=6.0)
+    r = search(g, rules.ALL, dots, **kw)
+    assert r.applied.count("merge-dots-shared-lhs") >= 7 and _ops(r.graph)["dot_general"] == 1
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-5)
+    def concats(h):           # a cost that charges every concat: merging never pays
+        return sum(n.op in ("concatenate", "split") for n in h.nodes) + 0.001 * len(h.nodes)
+    r = search(g, rules.ALL, concats, **kw)
+    assert "merge-dots-shared-lhs" not in r.applied and _ops(r.graph)["dot_general"] == 8

@@ -11,7 +11,8 @@ by a minimum vertex cut (`split.py`); before the cut, a greedy pass over the who
 takes the best rule applied at all its matches at once (`core.Everywhere`: the same
 decision for every repeated block, which the parts, searched apart, would each have to
 find); the parts are searched one by one, stitched, and a short greedy pass over the
-whole graph then takes the rewrites that span the cuts.
+whole graph then takes the rewrites that span the cuts. Before that sweep, every group of
+dots sharing an operand merged at once (`merges.merge_all`) is priced as one candidate.
 With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
 conv converted and the transposes cancelled, by the rules) when that is cheaper.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Rule
-from hlo_opt.search import layout
+from hlo_opt.search import layout, merges
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result,
@@ -35,7 +36,8 @@ ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
 STITCH_BUDGET = 50          # graphs the greedy pass across the cuts may cost
 WHOLE_GROWTH = 6.0          # node cap of the whole-graph moves, times the input's nodes:
                             # NASNet-A's 77 depthwise convs as taps add 35 nodes each
-WHOLE_GAIN = 0.005          # a whole-graph move must gain this much (not noise)
+WHOLE_GAIN = 0.02           # a whole-graph move must gain this much: a short program is
+                            # timed whole, and its timing noise is a few percent
 WHOLE_FAMILIES = ("conv", "concat_split", "fusion", "algebra")
 
 __all__ = ["search", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
@@ -88,6 +90,9 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if not splittable:
         result = run(graph, algorithm)
     else:
+        merged = merges.merge_all(graph, rules, max_nodes) if not limits.reason() else None
+        if merged is not None and priced(merged[0]) < priced(graph):
+            graph, prefix = merged[0], prefix + merged[1]
         graph, names = _everywhere(graph, rules, priced, limits,
                                    int(WHOLE_GROWTH * len(original.nodes)) + 1)
         prefix += names
@@ -118,13 +123,17 @@ def _everywhere(graph, rules, priced, limits, max_nodes) -> tuple[Graph, list[st
     while improved:
         improved = False
         for rule in ordered:
-            for group in everywhere(rule.matches(graph)):
-                if limits.reason():
-                    return graph, applied
-                move = step(graph, rule, group, max_nodes)
-                if move and priced(move[1]) < priced(graph) * (1 - WHOLE_GAIN):
-                    graph, applied, improved = move[1], applied + move[0], True
-                    break              # the rule's matches changed: on to the next rule
+            again = True
+            while again:               # a rule that paid is tried again first: pairwise
+                again = False          # merges of 8 dots take three sweeps (NasRNN)
+                for group in everywhere(rule.matches(graph)):
+                    if limits.reason():
+                        return graph, applied
+                    move = step(graph, rule, group, max_nodes)
+                    if move and priced(move[1]) < priced(graph) * (1 - WHOLE_GAIN):
+                        graph, applied = move[1], applied + move[0]
+                        improved = again = True
+                        break          # the rule's matches changed: match it again
     return graph, applied
 
 
