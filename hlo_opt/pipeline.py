@@ -76,7 +76,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     kwargs = {} if options.budget is None else {"budget": options.budget}
     result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
                     time_limit=limit, split_threshold=options.split_threshold,
-                    clock=_search_clock(model, limit), **kwargs)
+                    clock=search_clock(model, limit), **kwargs)
     seconds = time.perf_counter() - start
     before = result.stats.get("start_cost")
     if before is not None and result.cost > before * (1 - MIN_GAIN):
@@ -93,7 +93,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     return outcome
 
 
-def _search_clock(model, limit: float):
+def search_clock(model, limit: float):
     """The search's clock: wall time less the time spent timing kernels for the first
     time, up to COLD_EXTRA x the limit. The time limit is about searching (the search
     issue: 10 s with a warm cost cache); on a cold cache, ResNet-50's kernels alone take
