@@ -151,9 +151,10 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     """(`ratio`, the median seconds per call of `ref` over the same rounds): one timing
     serves both, where a second would cost NASNet-A's 0.8 s program seconds more."""
     warm_up()
-    for f, a in ((fn, args), (ref, ref_args)):
-        jax.block_until_ready(f(*a))
-    once = max(min(per_call(f, a, 1) for _ in range(2)) for f, a in ((fn, args), (ref, ref_args)))
+    pairs = ((fn, args), (ref, ref_args))
+    once = max(per_call(f, a, 1) for f, a in pairs)        # the warm-up calls, timed
+    if once < min_sample:     # short: time a call properly to choose how many make a sample
+        once = max(min(per_call(f, a, 1) for _ in range(2)) for f, a in pairs)
     number = max(1, int(min_sample / max(once, 1e-9)))
     ratios, refs = [], []
     for r in range(rounds):
