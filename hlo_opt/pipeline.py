@@ -40,7 +40,7 @@ TIME_LIMIT = 10.0        # seconds of search when the user sets none (the search
 VERIFY_INPUTS = 2        # random input sets the optimised program must agree on
 MIN_GAIN = 0.02          # a predicted gain under this is noise: the original is kept
 FASTER = 0.99            # measure_final keeps the optimised program at this ratio or below
-NOISY_GAIN = 0.10         # a whole-graph move on a program timed whole must gain this much:
+NOISY_GAIN = 0.10        # a whole-graph move on a program timed whole must gain this much:
                          # one such timing carries ~6% of noise (sd), and the sweep tries
                          # dozens of moves; at 2%, NasRNN took 70 split-to-slices on noise
 COLD_EXTRA = 1.5         # cold kernel timing may add this many time limits to a search:
@@ -101,9 +101,10 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
 
 def search_clock(model, limit: float):
     """The search's clock: wall time less the time spent timing kernels for the first
-    time during this search, up to COLD_EXTRA x the limit. The time limit is about searching (the search
-    issue: 10 s with a warm cost cache); on a cold cache, ResNet-50's kernels alone take
-    5 s to time, and counting that would leave the search nothing."""
+    time during this search, up to COLD_EXTRA x the limit. The time limit is about
+    searching (the search issue: 10 s with a warm cost cache); on a cold cache,
+    ResNet-50's kernels alone take 5 s to time, and counting that would leave the
+    search nothing."""
     if not hasattr(model, "measuring"):
         return time.perf_counter
     allowance = COLD_EXTRA * limit
@@ -158,10 +159,7 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
             return _fall_back(original, report, f"measure_final: the optimised program ran "
                               f"{ratio:.3f}x the original's time")
         return Outcome(optimized, report, runner)
-    if runner is not None:
-        runner.forget()
-        return Outcome(optimized, report, runner)
-    return Outcome(optimized, report)
+    return Outcome(optimized, report, runner)
 
 
 def _fall_back(original: Graph, report: Report, reason: str) -> Outcome:
