@@ -70,7 +70,7 @@ class CostModel:
         kernels were priced with its parent."""
         if self._seen is None:
             self._seen = {}
-        key = (kernel.nodes, kernel.inputs, kernel.outputs)
+        key = _key(kernel)
         if key not in self._seen:
             self._seen[key] = self.kernel_seconds(kernel)
         return self._seen[key]
@@ -152,7 +152,7 @@ class Measured(CostModel):
     def kernel_seconds(self, kernel: Kernel) -> float:
         if kernel.kind == "free":
             return 0.0
-        if any(n.deps for n in kernel.nodes) or not kernel.outputs:
+        if not _runs_alone(kernel):
             return self.fallback().kernel_seconds(kernel)
         program = isolate(kernel)
         seconds = self.cache.get(program.digest)
@@ -178,12 +178,11 @@ class Measured(CostModel):
         """The cached timing, else the roofline: timing a new kernel of a program that
         is timed whole anyway (a compile and a measurement per kernel) bought NasRNN's
         search nothing but fewer candidates in its time."""
-        key = (kernel.nodes, kernel.inputs, kernel.outputs)
-        if self._seen is not None and key in self._seen:
-            return self._seen[key]
+        if self._seen is not None and _key(kernel) in self._seen:
+            return self._seen[_key(kernel)]
         if kernel.kind == "free":
             return 0.0
-        if not any(n.deps for n in kernel.nodes) and kernel.outputs:
+        if _runs_alone(kernel):
             seconds = self.cache.get(isolate(kernel).digest)
             if seconds is not None:
                 return float(seconds)
@@ -233,6 +232,16 @@ class Measured(CostModel):
 
     def done(self) -> None:
         self.cache.flush()
+
+
+def _key(kernel: Kernel) -> tuple:
+    """A kernel's identity within one search: its node objects and boundary values."""
+    return kernel.nodes, kernel.inputs, kernel.outputs
+
+
+def _runs_alone(kernel: Kernel) -> bool:
+    """Whether the kernel can be timed as a program of its own (no effects, outputs)."""
+    return bool(kernel.outputs) and not any(n.deps for n in kernel.nodes)
 
 
 def _signature(graph: Graph, frozen: Iterable[int]) -> tuple:
