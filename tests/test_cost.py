@@ -238,6 +238,25 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     assert not summed.cost(graph_of(light, x, w)).whole and summed.programs == 0
 
 
+def test_the_first_graph_of_a_signature_decides_whole_or_summed(tmp_path):
+    """Equivalent graphs are all timed whole or all summed, never a mix: a candidate
+    timed whole against an original whose kernels were summed compares two different
+    measures (SRU's merges read 2x faster that way; they ran 0.9x)."""
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+
+    def light(x, w):
+        return x @ w
+
+    def heavy(x, w):
+        return jnp.tanh(x @ w) @ w
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
+    assert not model.cost(graph_of(heavy, x, w)).whole     # the first graph: summed
+    model.whole_below = 1.0                                 # later graphs look short
+    assert not model.cost(graph_of(light, x, w)).whole and model.programs == 0
+    fresh = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=1.0)
+    assert fresh.cost(graph_of(light, x, w)).whole          # alone, it would be timed whole
+
+
 def test_kernels_of_a_program_timed_whole_are_not_timed_alone(tmp_path):
     """Once graphs of a signature are known to be timed whole, a candidate's new
     kernels are only a breakdown: read from the cache or the roofline, never compiled
