@@ -111,6 +111,38 @@ def test_the_split_keeps_every_match_that_lies_inside_a_part():
     assert all(got_second[k] >= v for k, v in inside_second.items())
 
 
+def test_the_cut_falls_between_layers_when_weight_work_comes_first():
+    """Weight transposes written first (as a graph turned NHWC has them) are not the
+    graph's first third: the cut still separates early layers from late ones."""
+    def f(x, *ws):
+        kernels = [w.transpose(2, 3, 1, 0) for w in ws]
+        for k in kernels:
+            x = jax.nn.relu(lax.conv_general_dilated(
+                x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        return x
+    args = [_rand(1, 8, 8, 4)] + [_rand(4, 4, 3, 3) for _ in range(8)]
+    g = capture.capture(f, args).graph
+    first_nodes, _ = splitting.min_cut(g, rules.ALL)
+    convs = [n for n in g.nodes if n.op == "conv_general_dilated"]
+    assert 2 <= sum(c in first_nodes for c in convs) <= 6
+
+
+def test_parts_are_bounded_by_operations_not_inputs():
+    """Every part keeps the whole graph's inputs; counted with them, a graph with more
+    weights than the threshold was cut into parts of a node or two."""
+    def f(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x
+    args = [_rand(4, 16)] + [_rand(16, 16) for _ in range(24)]
+    g = capture.capture(f, args).graph
+    model = cost.Analytic()
+    r = search(g, rules.ALL, lambda h: model.cost(h, range(1, len(args))).total,
+               split_threshold=20, time_limit=30, budget=400)
+    assert 3 <= r.stats["parts"] <= 6            # 48 operations in parts of at most 20
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
+
+
 def test_split_search_stitches_a_graph_that_computes_the_same():
     g, args = _resnet_like(6)
     model = cost.Analytic()
