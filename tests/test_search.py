@@ -143,6 +143,22 @@ def test_parts_are_bounded_by_operations_not_inputs():
     assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
 
 
+def test_a_split_that_cannot_shrink_a_part_stops():
+    """The second part recomputes the constants it reads, so a graph mostly made of
+    constant work cuts into a part as large as itself: that part is searched whole
+    (it recursed until Python's stack ran out)."""
+    def f(x):
+        i = lax.broadcasted_iota(jnp.int32, x.shape, 1)
+        mask = ((i % 3 == 1) & (i % 5 != 2)) | (i * 7 % 4 == 0)
+        return jnp.where(mask, jnp.tanh(x), -x) * (i + 1).astype(x.dtype)
+    args = [_rand(3, 6)]
+    g = capture.capture(f, args).graph
+    model = cost.Analytic()
+    r = search(g, rules.ALL, lambda h: model.cost(h).total, split_threshold=4,
+               time_limit=30, budget=200)
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-5)
+
+
 def test_split_search_stitches_a_graph_that_computes_the_same():
     g, args = _resnet_like(6)
     model = cost.Analytic()

@@ -145,10 +145,11 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         if _ops(g) <= threshold or limits.reason():
             return g
         first_nodes, _ = splitting.min_cut(g, rules, limits)
-        inner = [n for n in g.nodes if n.op != "input"]
-        if not first_nodes or len(first_nodes) >= len(inner):
+        if not first_nodes or len(first_nodes) >= _ops(g):
             return g                           # no useful cut: search it whole
         parts = splitting.cut(g, first_nodes)
+        if max(_ops(parts.first), _ops(parts.second)) >= _ops(g):
+            return g     # the second part recomputes the constants it reads: no smaller
         return (g, parts, tree(parts.first), tree(parts.second))
 
     def leaves(t) -> int:

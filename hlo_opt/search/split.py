@@ -3,10 +3,10 @@
 A node's capacity is the number of rule matches that pass through it (the match holds
 the node, one of its parents and one of its children): cutting there loses those
 rewrites. The cheapest vertex cut between the first and last thirds of the graph (by
-distance from the outputs) is a max-flow on the node-split graph (networkx). The nodes on the
-source side, cut nodes included, form the first part; the rest the second; each part is
-a graph of its own, its boundary values its outputs or inputs. Parts are split again
-until they have at most `threshold` nodes.
+distance from the outputs) is a max-flow on the node-split graph (networkx). The nodes
+on the source side, cut nodes included, form the first part; the rest the second; each
+part is a graph of its own, its boundary values its outputs or inputs. Parts are split
+again until they have at most `threshold` operations.
 """
 from __future__ import annotations
 
