@@ -193,21 +193,19 @@ def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
 
 
 def subgraph(values: Sequence[Value], leaves: Sequence[Value], *,
-             keep_constants: bool = True) -> tuple["Graph", list[Value]]:
+             keep_constants: bool = True, indices: Sequence[int] | None = None,
+             used_only: bool = False) -> tuple["Graph", list[Value]]:
     """A graph computing `values` from fresh inputs standing for `leaves`; returns it and
     its outputs (the images of `values`). With `keep_constants`, leaves computed from
     constants alone (a pad value) stay computed rather than becoming inputs: a rule's
     guard may have relied on their value. Otherwise every distinct leaf is an input,
-    in order."""
-    env: dict[Value, Value] = {}
-    inputs = []
-    for v in leaves:
-        if v not in env and not (keep_constants and is_constant(v)):
-            inputs.append(Node("input", (), Params(index=len(inputs)), (v.type,)))
-            env[v] = inputs[-1].out()
+    in order, its `index` its position among them, or `indices[i]` for leaf i. With
+    `used_only`, leaves that `values` do not read get no input."""
+    stops = {v for v in leaves if not (keep_constants and is_constant(v))}
     order: list[Node] = []
+    used: set[Value] = {v for v in values if v in stops}
     seen: set[Node] = set()
-    stack = [(v.node, False) for v in values if v not in env]
+    stack = [(v.node, False) for v in values if v not in stops]
     while stack:
         node, done = stack.pop()
         if done:
@@ -217,7 +215,18 @@ def subgraph(values: Sequence[Value], leaves: Sequence[Value], *,
             continue
         seen.add(node)
         stack.append((node, True))
-        stack.extend((u.node, False) for u in node.inputs if u not in env and u.node not in seen)
+        for u in node.inputs:
+            if u in stops:
+                used.add(u)
+            elif u.node not in seen:
+                stack.append((u.node, False))
+    env: dict[Value, Value] = {}
+    inputs = []
+    for i, v in enumerate(leaves):
+        if v in stops and v not in env and (v in used or not used_only):
+            index = len(inputs) if indices is None else indices[i]
+            inputs.append(Node("input", (), Params(index=index), (v.type,)))
+            env[v] = inputs[-1].out()
     copy_nodes(order, env, outside_deps=False)
     outs = [env[v] for v in values]
     return Graph(inputs, outs), outs

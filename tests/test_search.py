@@ -10,6 +10,7 @@ import pytest
 from jax import lax
 
 from hlo_opt import capture, cost, emit, rules
+from hlo_opt.frozen import weight_only
 from hlo_opt.rules.library import concat_split, conv
 from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
 from hlo_opt.search import merges
@@ -141,6 +142,34 @@ def test_parts_are_bounded_by_operations_not_inputs():
                split_threshold=20, time_limit=30, budget=400)
     assert 3 <= r.stats["parts"] <= 6            # 48 operations in parts of at most 20
     assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
+
+
+def test_a_part_takes_only_the_inputs_it_reads_under_their_own_indices():
+    """Each part carried every input of the graph, so a candidate's cost to make and
+    price grew with the whole model (the search time with its square). A part now
+    takes the inputs it reads; they keep their indices, which the frozen set names."""
+    def f(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w.T)
+        return x
+    args = [_rand(4, 16)] + [_rand(16, 16) for _ in range(8)]
+    g = capture.capture(f, args).graph
+    first_nodes, _ = splitting.min_cut(g, rules.ALL)
+    parts = splitting.cut(g, first_nodes)
+    weights = {i: set() for i in range(len(args))}
+    for name, part in (("first", parts.first), ("second", parts.second)):
+        read = {v for n in part.nodes for v in n.inputs} | set(part.outputs)
+        assert all(n.out() in read for n in part.inputs)
+        for n in part.inputs:
+            if n.params["index"] >= 0:
+                weights[n.params["index"]].add(name)
+        transposes = {n for n in part.nodes if n.op == "transpose"}
+        assert transposes and transposes <= weight_only(part, range(1, len(args)))
+    assert all(len(where) == 1 for where in weights.values())     # each read by one part
+    crossing = [n for n in parts.second.inputs if n.params["index"] < 0]
+    assert crossing and not (set(weights) & {n.params["index"] for n in crossing})
+    stitched = splitting.stitch(g, parts, parts.first, parts.second)
+    assert_close(emit.run(stitched, args), emit.run(g, args), 1e-5)
 
 
 def test_a_split_that_cannot_shrink_a_part_stops():
