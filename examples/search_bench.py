@@ -30,7 +30,7 @@ from jax import lax
 import bench
 import models
 from hlo_opt import capture, cost, pipeline, rules
-from hlo_opt.search import search
+from hlo_opt.search import operations, search
 from hlo_opt.search.core import exhaustive
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -110,7 +110,7 @@ def scaling(model) -> list[dict]:
         runs = sorted((search(graph, rules.ALL, price, **kw) for _ in range(SCALING_RUNS)),
                       key=lambda r: r.stats["seconds"])
         r = runs[len(runs) // 2]
-        ops = sum(n.op != "input" for n in graph.nodes)
+        ops = operations(graph)
         out.append({"series": family, "blocks": k, "nodes": len(graph.nodes), "ops": ops,
                     "seconds": r.stats["seconds"], "costed": r.stats["costed"]})
         print(f"scaling {family} {k}: {len(graph.nodes)} nodes, {ops} operations, "

@@ -6,7 +6,7 @@
 `lambda g: model.cost(g, frozen).total`). Algorithms: "greedy" (backtracking with
 alpha = 1), "backtracking" (MetaFlow/TASO, alpha > 1 lets it pass through worse graphs),
 "sampling" (OCGGS, polynomial time); "auto" takes backtracking for graphs up to
-`split_threshold` nodes, sampling above. Graphs above `split_threshold` nodes are split
+`split_threshold` operations, sampling above. Graphs above `split_threshold` operations are split
 by a minimum vertex cut (`split.py`); before the cut, a greedy pass over the whole graph
 takes the best rule applied at all its matches at once (`core.Everywhere`: the same
 decision for every repeated block, which the parts, searched apart, would each have to
@@ -40,7 +40,7 @@ WHOLE_GAIN = 0.005          # a whole-graph move must gain this much (`sweep_gai
                             # cost read off one noisy timing needs more (pipeline.py)
 WHOLE_FAMILIES = ("conv", "concat_split", "fusion", "algebra")
 
-__all__ = ["search", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
+__all__ = ["search", "operations", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
 
 
 def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], **kwargs) -> Result:
@@ -78,7 +78,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         cost_of = priced.within(lim)
         nodes = int(max_growth * len(g.nodes)) + 1
         if algo == "auto":
-            algo = "sampling" if split_threshold and _ops(g) > split_threshold \
+            algo = "sampling" if split_threshold and operations(g) > split_threshold \
                 else "backtracking"
         if algo == "sampling":
             return sample(g, rules, cost_of, lim, q=q, eta=eta, max_nodes=nodes, seed=seed,
@@ -86,7 +86,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         return backtrack(g, rules, cost_of, lim, alpha=1.0 if algo == "greedy" else alpha,
                          max_nodes=nodes, progress=show)
 
-    splittable = split_threshold and _ops(graph) > split_threshold and not graph.effects
+    splittable = split_threshold and operations(graph) > split_threshold and not graph.effects
     if not splittable:
         result = run(graph, algorithm)
     else:
@@ -142,13 +142,13 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     """Split until parts are small; search each part with an equal share of what is
     left of the budget and time; stitch; then a greedy pass across the cuts."""
     def tree(g: Graph):
-        if _ops(g) <= threshold or limits.reason():
+        if operations(g) <= threshold or limits.reason():
             return g
         first_nodes, _ = splitting.min_cut(g, rules, limits)
-        if not first_nodes or len(first_nodes) >= _ops(g):
+        if not first_nodes or len(first_nodes) >= operations(g):
             return g                           # no useful cut: search it whole
         parts = splitting.cut(g, first_nodes)
-        if max(_ops(parts.first), _ops(parts.second)) >= _ops(g):
+        if max(operations(parts.first), operations(parts.second)) >= operations(g):
             return g     # the second part recomputes the constants it reads: no smaller
         return (g, parts, tree(parts.first), tree(parts.second))
 
@@ -196,11 +196,11 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
                   {"parts": leaves(shape), "explored": None})
 
 
-def _ops(graph: Graph) -> int:
-    """The size `split_threshold` bounds: operations, inputs not counted. Every part of
-    a split keeps the whole graph's inputs (ResNet-50 has 161 weights), so counted with
-    its inputs no part ever got under the threshold: the split went on cutting until no
-    cut was left and searched parts of a node or two."""
+def operations(graph: Graph) -> int:
+    """The size `split_threshold` bounds: operations, inputs not counted. Counted with
+    its inputs, a graph with more weights than the threshold (ResNet-50 has 161) never
+    had a part under it: the split went on cutting until no cut was left and searched
+    parts of a node or two."""
     return sum(n.op != "input" for n in graph.nodes)
 
 
