@@ -1,17 +1,23 @@
 """The on-disk cache of optimised graphs, so that a second process starts instantly.
 
 Keyed by the captured graph's digest, the frozen inputs, the options that shape the
-result and the rule names; one JSON file per device kind and jax version (the cost
-cache's `Cache`: atomic, merged under a lock, rebuilt with a warning when corrupt).
+result and the rule names; one JSON file per device kind, jax version and hlo_opt code
+(the cost cache's `Cache`: atomic, merged under a lock, rebuilt with a warning when
+corrupt). The code is a digest of hlo_opt's own sources, not only its version number: a
+graph found by other rules or another search is not this code's answer, and an edit
+between releases must not read back the graphs older code found.
 An entry holds the outcome (the graph that runs, written by `graph_json`, and what the
 report said); an entry that does not read back exactly is ignored.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+from pathlib import Path
 
+import hlo_opt
 from hlo_opt import emit, graph_json
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.model import device_header
@@ -25,6 +31,16 @@ SHAPING = ("alpha", "budget", "time_limit", "search", "cost", "verify", "measure
            "split_threshold")       # the options that can change the outcome
 REPORTED = ("applied", "cost_before", "cost_after", "measured_before", "measured_after",
             "search_seconds", "stop_reason", "fell_back", "reason")
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of every source file of the installed hlo_opt package."""
+    root = Path(hlo_opt.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def key(original: Graph, frozen, options, rules) -> str | None:
@@ -41,7 +57,9 @@ def key(original: Graph, frozen, options, rules) -> str | None:
 
 class GraphStore:
     def __init__(self, cache_dir=None):
-        self.cache = Cache("graphs", {**device_header(), "format": FORMAT}, cache_dir)
+        self.cache = Cache("graphs", {**device_header(), "format": FORMAT,
+                                     "hlo_opt": hlo_opt.__version__, "code": code_digest()},
+                           cache_dir)
 
     def get(self, key: str, original: Graph, name: str = "optimized") -> tuple[Graph, Report] | None:
         entry = self.cache.get(key)

@@ -13,7 +13,7 @@ import pytest
 from jax import lax
 
 import hlo_opt
-from hlo_opt import capture, cost, graph_json, pipeline
+from hlo_opt import capture, cost, graph_json, pipeline, store
 from hlo_opt.cost.model import Cost
 from hlo_opt.rules import Pat, Rule, library, tensors
 from helpers import assert_close
@@ -162,6 +162,16 @@ def test_a_second_process_reuses_the_optimised_graph(tmp_path):
     assert runs[0]["applied"] == runs[1]["applied"] and runs[0]["applied"]
     assert runs[0]["digest"] == runs[1]["digest"]
     assert runs[0]["out"] == pytest.approx(runs[1]["out"], rel=1e-6)
+
+
+def test_graphs_found_by_other_hlo_opt_code_are_not_read_back(tmp_path, monkeypatch):
+    def stop():
+        f = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                        **FAST)
+        return f.explain(W, X).stop_reason
+    assert stop() != "cached" and stop() == "cached"
+    monkeypatch.setattr(store, "code_digest", lambda: "an edited hlo_opt")
+    assert stop() != "cached"
 
 
 def absolute(w, x):
