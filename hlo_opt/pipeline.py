@@ -152,7 +152,7 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
     if options.measure_final and (changed or frozen):
         leaves = _inputs(types, frozen, example, seed=0, keep=True)
         fn, args = runner.runtime_args(leaves)
-        ratio, before = measure.paired(fn, args, reference, leaves)
+        ratio, before = measure.paired(fn, args, reference, leaves, decide=FASTER)
         runner.forget()
         report = dataclasses.replace(report, measured_before=before, measured_after=before * ratio)
         if ratio > FASTER:

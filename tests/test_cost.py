@@ -285,3 +285,26 @@ def test_effectful_kernels_are_priced_without_running_them(tmp_path, capfd):
 def test_unknown_cost_model_is_refused():
     with pytest.raises(ValueError, match="unknown cost model 'fast'"):
         cost.make("fast")
+
+
+@pytest.mark.parametrize("ours, rounds, median", [(0.5, 3, 0.5), (1.3, 3, 1.3), (0.95, 7, 0.95),
+                                                  (None, 7, 0.5)])
+def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch, ours, rounds,
+                                                                     median):
+    """The clock is a script: `ours` seconds per call against the reference's 1.0 (None:
+    0.5 and 1.5 by turns, each decisive alone but not together)."""
+    from hlo_opt.cost import measure
+    calls = []
+
+    def per_call(fn, args, number):
+        calls.append(fn)
+        if fn == "ref":
+            return 1.0
+        if ours is None:
+            return (0.5, 1.5)[sum(f == "ours" for f in calls) % 2]
+        return ours
+    monkeypatch.setattr(measure, "per_call", per_call)
+    monkeypatch.setattr(measure, "warm_up", lambda: None)
+    ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99)
+    assert calls.count("ref") == 1 + rounds      # the warm-up call, then one per round
+    assert ref == 1.0 and ratio == pytest.approx(median)
