@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jcore
 
 from hlo_opt import check, cost, emit, store
@@ -114,17 +115,21 @@ def search_clock(model, limit: float):
 
 def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:
     """Random arguments of `types`. With an `example`, each frozen floating-point one is
-    drawn at the mean and spread of the example's (or, with `keep`, is the example's)."""
+    drawn at the mean and spread of the example's (or, with `keep`, is the example's).
+    The scaling is NumPy's on the host: as jax operations run one by one, each weight
+    shape compiled its own mean, spread and scaling, 5.6 s for NASNet-A's 24 shapes."""
     args = measure.random_args(types, seed=seed)
     if example is None:
         return args
     for i in frozen:
-        given = jnp.asarray(example[i])
-        if keep or not jnp.issubdtype(given.dtype, jnp.floating) or given.size < 2:
-            args[i] = example[i]
+        given = example[i]
+        dtype = jnp.result_type(given)
+        if keep or not jnp.issubdtype(dtype, jnp.floating) or np.size(given) < 2:
+            args[i] = given
         else:
-            wide = given.astype(jnp.float32)
-            args[i] = (args[i] * wide.std() + wide.mean()).astype(args[i].dtype)
+            wide = np.asarray(given, np.float32)
+            drawn = np.asarray(args[i], np.float32) * wide.std() + wide.mean()
+            args[i] = jnp.asarray(drawn.astype(args[i].dtype))
     return args
 
 
