@@ -287,12 +287,14 @@ def test_unknown_cost_model_is_refused():
         cost.make("fast")
 
 
-@pytest.mark.parametrize("ours, rounds, median", [(0.5, 3, 0.5), (1.3, 3, 1.3), (0.95, 7, 0.95),
-                                                  (None, 7, 0.5)])
+@pytest.mark.parametrize("ours, rounds, median, warm", [
+    (0.5, 3, 0.5, False), (1.3, 3, 1.3, False), (0.95, 7, 0.95, False), (None, 7, 0.5, False),
+    (0.5, 2, 0.5, True), (None, 6, 1.5, True)])
 def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch, ours, rounds,
-                                                                     median):
+                                                                     median, warm):
     """The clock is a script: `ours` seconds per call against the reference's 1.0 (None:
-    0.5 and 1.5 by turns, each decisive alone but not together)."""
+    1.5 and 0.5 by turns, each decisive alone but not together). `warm`: the first calls
+    are a round (one call of a second is a sample long), so one call fewer each."""
     from hlo_opt.cost import measure
     calls = []
 
@@ -305,6 +307,6 @@ def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch
         return ours
     monkeypatch.setattr(measure, "per_call", per_call)
     monkeypatch.setattr(measure, "warm_up", lambda: None)
-    ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99)
+    ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99, warm=warm)
     assert calls.count("ref") == 1 + rounds      # the warm-up call, then one per round
     assert ref == 1.0 and ratio == pytest.approx(median)

@@ -61,7 +61,9 @@ def per_call(fn: Callable, args, number: int) -> float:
 def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2e-3) -> float:
     """Least seconds per call of `fn(*args)` over `repeats` samples (compiled or not)."""
     jax.block_until_ready(fn(*args))                 # compile
-    once = min(per_call(fn, args, 1) for _ in range(3))      # and warm up
+    once = per_call(fn, args, 1)                     # warm up, and choose the sample size
+    if once < min_sample:       # (a long call is a sample of its own however long it is)
+        once = min(once, *(per_call(fn, args, 1) for _ in range(2)))
     number = max(1, int(min_sample / max(once, 1e-9)))
     return min(per_call(fn, args, number) for _ in range(repeats))
 
@@ -149,7 +151,8 @@ def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
 
 
 def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
-           min_sample: float = 10e-3, decide: float | None = None) -> tuple[float, float]:
+           min_sample: float = 10e-3, decide: float | None = None,
+           warm: bool = False) -> tuple[float, float]:
     """(`ratio`, the median seconds per call of `ref` over the same rounds): one timing
     serves both, where a second would cost NASNet-A's 0.8 s program seconds more.
 
@@ -158,15 +161,22 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     same side: NASNet-A's optimised program read 0.35x in every round, and the other
     four rounds were 6 s of a 72 s first call. A round off by 10% in the same direction
     three times running is rare (NasRNN's short program, the noisiest, read a standard
-    deviation of 0.09 against itself); a closer case runs every round."""
+    deviation of 0.09 against itself); a closer case runs every round.
+
+    `warm`: both have run on arguments like these already (verify ran them), so the
+    first calls, timed to choose the sample size, are a round of their own when they
+    are a sample long: 1.5 s of NASNet-A's first call."""
     warm_up()
     pairs = ((fn, args), (ref, ref_args))
-    once = max(per_call(f, a, 1) for f, a in pairs)        # the warm-up calls, timed
+    first = [per_call(f, a, 1) for f, a in pairs]          # the warm-up calls, timed
+    once = max(first)
+    ratios, refs = [], []
     if once < min_sample:     # short: time a call properly to choose how many make a sample
         once = max(min(per_call(f, a, 1) for _ in range(2)) for f, a in pairs)
+    elif warm:
+        ratios, refs = [first[0] / first[1]], [first[1]]
     number = max(1, int(min_sample / max(once, 1e-9)))
-    ratios, refs = [], []
-    for r in range(rounds):
+    for r in range(len(ratios), rounds):
         if r % 2:
             theirs = per_call(ref, ref_args, number)
             ours = per_call(fn, args, number)
