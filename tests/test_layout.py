@@ -130,3 +130,32 @@ def test_search_keeps_the_original_when_the_relaid_graph_costs_more():
                time_limit=None)
     assert r.stats["relaid"] > r.stats["start_cost"]
     assert "conv-to-nhwc" not in r.applied
+
+
+def _nhwc_pays_later(graph):
+    """NHWC convs cost a little more than NCHW ones, but a 1x1 one becomes a cheap dot
+    (`conv1x1-as-dot`, NHWC only): the relaid graph is worse, and pays after a move."""
+    total = 0.0
+    for n in graph.nodes:
+        if n.op == "conv_general_dilated":
+            total += 1.1 if n.params["dimension_numbers"] == L.NHWC else 1.0
+        elif n.op == "dot_general":
+            total += 0.1
+        elif n.op == "transpose":
+            total += 0.0 if n.inputs[0].node.op == "input" else 0.05
+        elif n.op != "input":
+            total += 0.01
+    return total
+
+
+@pytest.mark.parametrize("algorithm", ["sampling", "greedy"])
+def test_a_worse_relaid_graph_within_alpha_is_searched_on_but_not_by_greedy(algorithm):
+    g = capture.capture(_chain, CHAIN_ARGS).graph
+    r = search(g, list(rules.ALL), _nhwc_pays_later, algorithm=algorithm, alpha=1.3,
+               budget=200, time_limit=None)
+    assert r.stats["start_cost"] < r.stats["relaid"] < 1.3 * r.stats["start_cost"]
+    if algorithm == "greedy":
+        assert "conv-to-nhwc" not in r.applied and r.cost == r.stats["start_cost"]
+    else:
+        assert "conv1x1-as-dot" in r.applied and r.cost < r.stats["start_cost"]
+    assert_close(emit.run(r.graph, CHAIN_ARGS), emit.run(g, CHAIN_ARGS), 1e-5)
