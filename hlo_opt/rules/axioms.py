@@ -11,6 +11,7 @@ from jax import lax
 
 from hlo_opt.rules.library import conv as C
 from hlo_opt.rules.library import layout as L
+from hlo_opt.rules.library import slices as SL
 from hlo_opt.rules.lang import Fn, Guard, Pat, Rule, RuleSet, Sym, tensors
 from hlo_opt.rules.library.common import (adjacent_halves, binary, concat, dot, is_zero,
                                           same_params, scalar, slice_along, slice_covers,
@@ -364,4 +365,8 @@ def _conv(x, k, n):
     return lax.conv_general_dilated(x, k, (1, 1), ("SAME", "VALID", ((1, 0), (0, 1)))[n % 3])
 
 
-AXIOMS = RuleSet(ALGEBRA + CONCAT + LAYOUT + CONVOLUTION)
+# Slices narrowed (slices.py): the rules' own statements, checked on small tensors.
+SLICES = [axiom(f"slices-{r.name}", r.src, r.tgt, r.example, guards=r.guards, cases=r.cases)
+          for r in SL.RULES]
+
+AXIOMS = RuleSet(ALGEBRA + CONCAT + LAYOUT + CONVOLUTION + SLICES)

@@ -15,7 +15,8 @@ whole graph then takes the rewrites that span the cuts. Before that sweep, every
 dots sharing an operand merged at once (`merges.merge_all`) is priced as one candidate.
 With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
 conv converted and the transposes cancelled, by the rules) when that costs less than
-alpha times the original (greedy: less than the original).
+alpha times the original (greedy: less than the original); then from the graph with its
+slices moved toward the inputs (`narrow.narrow`) when that is cheaper.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Rule
-from hlo_opt.search import layout, merges
+from hlo_opt.search import layout, merges, narrow
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result,
@@ -79,6 +80,10 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if relaid is not None and priced(relaid[0]) < start_cost * (
             1.0 if algorithm == "greedy" else alpha):
         graph, prefix = relaid
+    narrowed = narrow.narrow(graph, rules) if not limits.reason() else None
+    if narrowed is not None and priced(narrowed[0]) < priced(graph):
+        graph, prefix = narrowed[0], prefix + narrowed[1]
+    rules = narrow.after(rules)
 
     def run(g: Graph, algo: str, lim: Limits = limits) -> Result:
         cost_of = priced.within(lim)

@@ -12,10 +12,10 @@ only when it is cheaper.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph
-from hlo_opt.rules.lang import Rule
+from hlo_opt.rules.lang import Match, Rule
 
 TO_NHWC = ("conv-to-nhwc",)
 # Cancelling first, then sinking: each rule below either removes a transpose or moves
@@ -46,16 +46,21 @@ def relayout(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[str]] | N
     return done, applied + more
 
 
-def saturate(graph: Graph, rules: Sequence[Rule], max_steps: int | None = None
+def saturate(graph: Graph, rules: Sequence[Rule], max_steps: int | None = None,
+             only: Callable[[Graph], Callable[[Match], bool]] | None = None
              ) -> tuple[Graph, list[str]]:
     """Apply `rules` until none matches (or `max_steps`), in rounds: each round applies
-    each rule at all the matches it can take at once (`Rule.apply_all`)."""
+    each rule at all the matches it can take at once (`Rule.apply_all`); with `only`,
+    at those that `only(graph)` keeps."""
     applied: list[str] = []
     changed = True
     while changed and (max_steps is None or len(applied) < max_steps):
         changed = False
         for rule in rules:
-            new, taken = rule.apply_all(graph, rule.matches(graph))
+            found = rule.matches(graph)
+            if only is not None and found:
+                found = list(filter(only(graph), found))
+            new, taken = rule.apply_all(graph, found)
             if taken and new.digest != graph.digest:
                 graph = new
                 applied += [rule.name] * taken

@@ -1,0 +1,64 @@
+"""The narrowing move: every slice moved toward the inputs, past what only it reads.
+
+SRU's classifier reads the last step of the last layer (`stack(h_0..h_31)[:, -1]`).
+Taken out of the stack, `h_31` leaves the other 31 outputs dead, and the output gate
+`r = sigmoid(x @ W_r + b_r)` is read at one step only: moved above the sigmoid, the
+add, the bias broadcast and the matmul, the slice leaves one row of the sequence to
+project instead of 32 (MetaFlow and TASO have no such rules; their SRU keeps the
+work). Each step alone gains little or nothing until the matmul is reached, so one rule
+at a time the search would rarely get there; the move takes them all, and the search
+prices the result like any other graph, starting from it only when it is cheaper.
+
+A slice moves above an op only when it is that op's one reader: where others read the
+op too (the forget gate, read at every step), moving it would compute the op twice.
+Every step is a verified rule, so the result is an equivalent graph.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from hlo_opt.ir import Graph, Node
+from hlo_opt.rules.lang import Match, Rule
+from hlo_opt.search.layout import saturate
+
+TAKE = ("squeeze-of-broadcast",)          # plus every slice-of-stack-k: they only remove
+PUSH = ("unary-through-slice", "binary-through-slice", "binary-through-slice-broadcast-rhs",
+        "binary-through-slice-broadcast-lhs", "slice-of-broadcast", "slice-through-dot")
+MAX_STEPS_PER_NODE = 2      # a bound on saturation: each step moves a slice up one op
+
+
+def _takes_from_stack(rule: Rule) -> bool:
+    return rule.name.startswith("slice-of-stack-")
+
+
+def narrow(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[str]] | None:
+    """(graph with its slices moved up, rule names applied), or None when no slice
+    moved."""
+    take = [r for r in rules if r.name in TAKE or _takes_from_stack(r)]
+    push = [r for r in rules if r.name in PUSH]
+    budget = MAX_STEPS_PER_NODE * len(graph.nodes)
+    applied: list[str] = []
+    while True:               # taking a stack's operand can leave a slice the only reader
+        graph, took = saturate(graph, take, budget)
+        graph, pushed = saturate(graph, push, budget, only=_sole_reader)
+        applied += took + pushed
+        if not pushed or len(applied) >= budget:
+            return (graph, applied) if applied else None
+
+
+def _sole_reader(graph: Graph) -> Callable[[Match], bool]:
+    """Whether a match's root slice is the only reader of the op it slices."""
+    reads: Counter[Node] = Counter(v.node for node in graph.nodes for v in node.inputs)
+    reads.update(v.node for v in graph.outputs)
+
+    def sole(m: Match) -> bool:
+        return reads[m.roots[0].node.inputs[0].node] == 1
+    return sole
+
+
+def after(rules: Sequence[Rule]) -> list[Rule]:
+    """The rules worth matching once the move was tried: no rule builds a stack, so the
+    31 `slice-of-stack-k` find nothing more, and matching them at every slice of SRU
+    doubled the time to match all rules (40 -> 76 ms)."""
+    return [r for r in rules if not _takes_from_stack(r)]
