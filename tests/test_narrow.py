@@ -65,3 +65,38 @@ def test_the_search_starts_from_the_narrowed_graph_only_when_it_is_cheaper():
     r = search(g, rules.ALL, dearer_when_smaller, **kw)
     assert not any(name in r.applied for name in narrow.PUSH)
     assert collections.Counter(n.op for n in r.graph.nodes)["dot_general"] >= 7
+
+
+def _tanhs(graph):
+    return sum(n.op == "tanh" for n in graph.nodes)
+
+
+def test_the_first_sru_layer_computes_its_outputs_once_on_the_stacked_cells():
+    """`r_t * tanh(c_t) + (1 - r_t) * x_t` for each step, then stacked, becomes one
+    elementwise computation on the stacked cell states, gates and inputs."""
+    fn, params, (tokens,) = models.build("sru", small=True)
+    g = capture.capture(fn, (params, tokens)).graph
+    narrowed, _ = narrow.narrow(g, list(rules.ALL))
+    new, applied = narrow.vectorize(narrowed, list(rules.ALL))
+    seq = tokens.shape[1]
+    # left: the stacked one, the last layer's at its last step, and the first layer's at
+    # the last step, which the last layer also reads on its own (its `x_t`)
+    assert _tanhs(g) == 2 * seq and _tanhs(narrowed) == seq + 1 and _tanhs(new) == 3
+    assert {f"stack-of-slices-{seq}", f"stack-of-unary-{seq}",
+            f"stack-of-scalar-lhs-op-{seq}"} <= set(applied)
+    assert narrow.vectorize(new, list(rules.ALL)) is None
+    args = jax.tree.leaves((params, tokens))
+    assert_close(emit.run(new, args), [jax.jit(fn)(params, tokens)], 1e-5)
+
+
+def test_steps_that_differ_are_not_stacked_as_one():
+    """Different scalars per step, and slices out of order, stay as they are."""
+    a, b = _rand(2, 3), _rand(2, 3)
+    scaled = capture.capture(lambda a, b: jnp.stack([a * 0.5, b * 0.25]), (a, b)).graph
+    assert narrow.vectorize(scaled, list(rules.ALL)) is None
+    same = capture.capture(lambda a, b: jnp.stack([a * 0.5, b * 0.5]), (a, b)).graph
+    new, applied = narrow.vectorize(same, list(rules.ALL))
+    assert applied == ["stack-of-scalar-rhs-op-2"]
+    assert_close(emit.run(new, (a, b)), [jnp.stack([a * 0.5, b * 0.5])], 1e-6)
+    swapped = capture.capture(lambda x: jnp.stack([x[1], x[0]]), (a,)).graph
+    assert narrow.vectorize(swapped, list(rules.ALL)) is None

@@ -16,7 +16,8 @@ dots sharing an operand merged at once (`merges.merge_all`) is priced as one can
 With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
 conv converted and the transposes cancelled, by the rules) when that costs less than
 alpha times the original (greedy: less than the original); then from the graph with its
-slices moved toward the inputs (`narrow.narrow`) when that is cheaper.
+slices moved toward the inputs (`narrow.narrow`), and with per-step work over stacked
+steps done once on the stack (`narrow.vectorize`), each when that is cheaper.
 """
 from __future__ import annotations
 
@@ -80,9 +81,10 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if relaid is not None and priced(relaid[0]) < start_cost * (
             1.0 if algorithm == "greedy" else alpha):
         graph, prefix = relaid
-    narrowed = narrow.narrow(graph, rules) if not limits.reason() else None
-    if narrowed is not None and priced(narrowed[0]) < priced(graph):
-        graph, prefix = narrowed[0], prefix + narrowed[1]
+    for move in (narrow.narrow, narrow.vectorize):
+        found = move(graph, rules) if not limits.reason() else None
+        if found is not None and priced(found[0]) < priced(graph):
+            graph, prefix = found[0], prefix + found[1]
     rules = narrow.after(rules)
 
     def run(g: Graph, algo: str, lim: Limits = limits) -> Result:

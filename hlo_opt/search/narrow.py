@@ -4,10 +4,9 @@ SRU's classifier reads the last step of the last layer (`stack(h_0..h_31)[:, -1]
 Taken out of the stack, `h_31` leaves the other 31 outputs dead, and the output gate
 `r = sigmoid(x @ W_r + b_r)` is read at one step only: moved above the sigmoid, the
 add, the bias broadcast and the matmul, the slice leaves one row of the sequence to
-project instead of 32 (MetaFlow and TASO have no such rules; their SRU keeps the
-work). Each step alone gains little or nothing until the matmul is reached, so one rule
-at a time the search would rarely get there; the move takes them all, and the search
-prices the result like any other graph, starting from it only when it is cheaper.
+project instead of 32 (Enzyme-JAX's compiled SRU does the same). Each step changes
+little until the slice reaches the matmul, so the move takes them all at once, and the
+search prices the result like any other graph, starting from it only when cheaper.
 
 A slice moves above an op only when it is that op's one reader: where others read the
 op too (the forget gate, read at every step), moving it would compute the op twice.
@@ -32,6 +31,11 @@ def _takes_from_stack(rule: Rule) -> bool:
     return rule.name.startswith("slice-of-stack-")
 
 
+def _per_stack(rule: Rule) -> bool:
+    """A rule matched at stacks only, which `narrow` and `vectorize` saturate."""
+    return _takes_from_stack(rule) or rule.name.startswith("stack-of-")
+
+
 def narrow(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[str]] | None:
     """(graph with its slices moved up, rule names applied), or None when no slice
     moved."""
@@ -45,6 +49,15 @@ def narrow(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[str]] | Non
         applied += took + pushed
         if not pushed or len(applied) >= budget:
             return (graph, applied) if applied else None
+
+
+def vectorize(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[str]] | None:
+    """(graph with per-step work over stacked steps done once on the stack, rule names
+    applied), or None when nothing was stacked: SRU's first layer computes
+    `r_t * tanh(c_t) + (1 - r_t) * x_t` for each of its 32 steps, then stacks them."""
+    stacked = [r for r in rules if _per_stack(r) and not _takes_from_stack(r)]
+    graph, applied = saturate(graph, stacked, MAX_STEPS_PER_NODE * len(graph.nodes))
+    return (graph, applied) if applied else None
 
 
 def _sole_reader(graph: Graph) -> Callable[[Match], bool]:
@@ -61,4 +74,4 @@ def after(rules: Sequence[Rule]) -> list[Rule]:
     """The rules worth matching once the move was tried: no rule builds a stack, so the
     31 `slice-of-stack-k` find nothing more, and matching them at every slice of SRU
     doubled the time to match all rules (40 -> 76 ms)."""
-    return [r for r in rules if not _takes_from_stack(r)]
+    return [r for r in rules if not _per_stack(r)]
