@@ -181,7 +181,7 @@ def stack_of_binary(k: int) -> Rule:
                 Pat("stack", *[Pat(g, a, b) for a, b in zip(a_s, b_s)], axis=ax),
                 Pat(g, Pat("stack", *a_s, axis=ax), Pat("stack", *b_s, axis=ax)),
                 guards=[Guard("same-shapes", lambda m: len({m.shape(v) for v in a_s + b_s}) == 1)],
-                identity=f"stack(g(a0, b0), ..) -> g(stack(a0, ..), stack(b0, ..))",
+                identity="stack(g(a0, b0), ..) -> g(stack(a0, ..), stack(b0, ..))",
                 example=_stack_example(k, lambda i, vs: jnp.maximum(vs[i], vs[k + i])))
 
 
