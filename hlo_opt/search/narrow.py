@@ -1,4 +1,5 @@
-"""The narrowing move: every slice moved toward the inputs, past what only it reads.
+"""Two moves over sequences: slices moved toward the inputs, past what only they read
+(`narrow`), and per-step work over stacked steps done once on the stack (`vectorize`).
 
 SRU's classifier reads the last step of the last layer (`stack(h_0..h_31)[:, -1]`).
 Taken out of the stack, `h_31` leaves the other 31 outputs dead, and the output gate
@@ -71,7 +72,8 @@ def _sole_reader(graph: Graph) -> Callable[[Match], bool]:
 
 
 def after(rules: Sequence[Rule]) -> list[Rule]:
-    """The rules worth matching once the move was tried: no rule builds a stack, so the
-    31 `slice-of-stack-k` find nothing more, and matching them at every slice of SRU
-    doubled the time to match all rules (40 -> 76 ms)."""
+    """The rules worth matching once both moves were tried: they ran to saturation, and
+    no other rule builds a stack, so the per-stack rules find nothing more; the 31
+    `slice-of-stack-k` alone, matched at every slice of SRU, doubled the time to match
+    all rules (40 -> 76 ms)."""
     return [r for r in rules if not _per_stack(r)]

@@ -9,6 +9,11 @@ as `transpose-through-concat-k` does: patterns have a fixed arity), the others m
 slice above a broadcast or a matmul; `unary-through-slice` and `binary-through-slice`
 (concat_split.py) move it above elementwise ops. The narrowing move
 (`search/narrow.py`) applies them where the slice is its operand's only reader.
+
+The `stack-of-*-k` rules do per-step work once over the stacked steps: SRU's first
+layer computes `r_t * tanh(c_t) + (1 - r_t) * x_t` for each step and stacks the 32
+results; stacked first, the gates and inputs are the tensors they were sliced from, and
+the work is one elementwise loop over the sequence (`search/narrow.py`, `vectorize`).
 """
 from __future__ import annotations
 
@@ -51,9 +56,13 @@ def _expand(value, shape, axis: int):
                     sharding=None).out()
 
 
+def _names(prefix: str, k: int):
+    return tensors(" ".join(f"{prefix}{i}" for i in range(k)))
+
+
 def stack_rule(k: int) -> Rule:
     """stack(x_0, .., x_k-1)[i along the stacked axis] -> x_i with a unit axis."""
-    xs = tensors(" ".join(f"x{i}" for i in range(k)))
+    xs = _names("x", k)
     st = Pat("stack", *xs, axis=ax)
     sl = Pat("slice", st)
     return Rule(f"slice-of-stack-{k}", "concat_split", sl,
@@ -155,10 +164,6 @@ NARROW = [
 ]
 
 # Per-step work stacked: done once on the stacked operands -------------------------------------
-
-def _names(prefix: str, k: int):
-    return tensors(" ".join(f"{prefix}{i}" for i in range(k)))
-
 
 def _stack_example(k: int, step):
     """stack of `step(i, operands)` for i < k, along axis n % 2, on (2, 3) operands."""
