@@ -24,7 +24,7 @@ from jax import lax
 
 from hlo_opt import ops
 from hlo_opt.rules.lang import Build, Fn, Guard, Pat, Rule, RuleSet, Sym, tensors
-from hlo_opt.rules.library.common import binary, unary
+from hlo_opt.rules.library.common import binary, is_slice_of, unary
 
 x, y, w = tensors("x y w")
 f, g = unary(), binary()
@@ -39,14 +39,9 @@ def _unit_strides(sl) -> Guard:
 
 def _picked(m, sl, whole, axis: int) -> int | None:
     """The index along `axis` that slice `sl` of `whole` takes alone (all of every
-    other axis), or None."""
-    p, shape = m.params(sl), m.shape(whole)
-    lo, hi = p["start_indices"], p["limit_indices"]
-    if hi[axis] - lo[axis] != 1:
-        return None
-    if any((lo[i], hi[i]) != (0, n) for i, n in enumerate(shape) if i != axis):
-        return None
-    return lo[axis]
+    other axis, unit strides), or None."""
+    i = m.params(sl)["start_indices"][axis]
+    return i if is_slice_of(m, sl, whole, axis, i, i + 1) else None
 
 
 def _expand(value, shape, axis: int):
@@ -67,8 +62,7 @@ def stack_rule(k: int) -> Rule:
     sl = Pat("slice", st)
     return Rule(f"slice-of-stack-{k}", "concat_split", sl,
                 Build(lambda m: _expand(m[xs[_picked(m, sl, st, m[ax])]], m.shape(sl), m[ax])),
-                guards=[_unit_strides(sl),
-                        Guard("one-operand", lambda m: _picked(m, sl, st, m[ax]) is not None)],
+                guards=[Guard("one-operand", lambda m: _picked(m, sl, st, m[ax]) is not None)],
                 identity=f"stack(x0, .., x{k - 1})[i] -> x_i",
                 example=lambda n: (lambda *vs: lax.slice_in_dim(
                     jnp.stack(vs, axis=n % 2), (k - 1 - n) % k, (k - 1 - n) % k + 1, axis=n % 2),
@@ -219,9 +213,7 @@ def stack_of_slices(k: int) -> Rule:
         axis = m[ax]
         return m.shape(x)[axis] == k and all(
             tuple(m.params(p)["dimensions"]) == (axis,) and
-            (m.params(p.inputs[0])["strides"] is None
-             or all(s == 1 for s in m.params(p.inputs[0])["strides"])) and
-            _picked(m, p.inputs[0], x, axis) == i for i, p in enumerate(parts))
+            is_slice_of(m, p.inputs[0], x, axis, i, i + 1) for i, p in enumerate(parts))
     return Rule(f"stack-of-slices-{k}", "concat_split", st, x,
                 guards=[Guard("every-index-in-order", in_order)],
                 identity=f"stack(x[0], .., x[{k - 1}]) -> x",
