@@ -12,7 +12,8 @@ takes the best rule applied at all its matches at once (`core.Everywhere`: the s
 decision for every repeated block, which the parts, searched apart, would each have to
 find); the parts are searched one by one, stitched, and a short greedy pass over the
 whole graph then takes the rewrites that span the cuts. Before that sweep, every group of
-dots sharing an operand merged at once (`merges.merge_all`) is priced as one candidate.
+dots sharing an operand merged at once (`merges.merge_all`) is priced as one candidate,
+then each family of like grouped convs split into dense pieces (`groups.cheapest`).
 With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
 conv converted and the transposes cancelled, by the rules) when that costs less than
 alpha times the original (greedy: less than the original); then from the graph with its
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Rule
-from hlo_opt.search import layout, merges, narrow
+from hlo_opt.search import groups, layout, merges, narrow
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result,
@@ -106,8 +107,10 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         merged = merges.merge_all(graph, rules, max_nodes) if not limits.reason() else None
         if merged is not None and priced(merged[0]) < priced(graph):
             graph, prefix = merged[0], prefix + merged[1]
-        graph, names = _everywhere(graph, rules, priced, limits,
-                                   int(WHOLE_GROWTH * len(original.nodes)) + 1, sweep_gain)
+        graph, names = groups.cheapest(graph, rules, priced, limits.reason)
+        prefix += names
+        whole_nodes = int(WHOLE_GROWTH * max(len(original.nodes), len(graph.nodes))) + 1
+        graph, names = _everywhere(graph, rules, priced, limits, whole_nodes, sweep_gain)
         prefix += names
         max_nodes = max(max_nodes, int(max_growth * len(graph.nodes)) + 1)
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,

@@ -1,0 +1,103 @@
+"""The regrouping move: a family of like grouped convs split into dense pieces, the form
+chosen by price; the answers stay those of jax.jit of the original."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from hlo_opt import capture, emit, rules
+from hlo_opt.search import groups, search
+from helpers import assert_close
+
+R = np.random.default_rng(11)
+CONV = "conv_general_dilated"
+
+
+def _rand(*shape):
+    return jnp.asarray(R.standard_normal(shape), jnp.float32)
+
+
+def _convs(graph):
+    return [n for n in graph.nodes if n.op == CONV]
+
+
+def _resnext():
+    fn, params, (x,) = models.build("resnext50", small=True)
+    return fn, (params, x), capture.capture(fn, (params, x)).graph
+
+
+@pytest.mark.parametrize("halvings", [0, 1, 3])
+def test_a_family_becomes_2_to_the_j_dense_convs(halvings):
+    fn, args, g = _resnext()
+    family = groups.families(g, list(rules.ALL))[1]        # stage 2: 64 channels, 8 groups
+    new, applied = groups.regroup(g, list(rules.ALL), family, halvings)
+    members = [n for n in _convs(g) if groups.signature(n) == family]
+    pieces = 2 ** halvings
+    assert len(_convs(new)) == len(_convs(g)) + len(members) * (pieces - 1)
+    assert applied.count("grouped-conv-halve") == len(members) * (pieces - 1)
+    # the pieces: dense 3x3 convs on 64 / pieces of the channels, no other conv changed
+    dense = [n for n in _convs(new) if n.params["feature_group_count"] == 1
+             and n.inputs[1].type.shape == (64 // pieces, 64 // pieces, 3, 3)
+             and n.inputs[0].type.shape[1] == 64 // pieces]
+    assert len(dense) == len(members) * pieces
+    assert sorted(map(groups.signature, _convs(g)), key=str).count(family) == len(members)
+    assert family not in map(groups.signature, _convs(new))
+    assert_close(emit.run(new, jax.tree.leaves(args)), [jax.jit(fn)(*args)], 1e-5)
+
+
+def test_forms_run_from_the_most_pieces_to_one():
+    _, _, g = _resnext()
+    family = groups.families(g, list(rules.ALL))[0]         # 8 groups: 8, 4, 2, 1 pieces
+    members = sum(groups.signature(n) == family for n in _convs(g))
+    added = [len(_convs(form)) - len(_convs(g)) for form, _ in
+             groups.forms(g, list(rules.ALL), family)]
+    assert members == 2 and added == [2 * 7, 2 * 3, 2 * 1, 0]
+
+
+def test_depthwise_convs_are_no_family():
+    def depthwise(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=8)
+    g = capture.capture(depthwise, (_rand(1, 8, 6, 6), _rand(8, 1, 3, 3))).graph
+    assert groups.families(g, list(rules.ALL)) == []
+    grouped = capture.capture(depthwise, (_rand(1, 16, 6, 6), _rand(8, 2, 3, 3))).graph
+    assert len(groups.families(grouped, list(rules.ALL))) == 1
+
+
+def _grouped_dear(graph):
+    """A price under which a grouped conv is dear and every node costs a little."""
+    return sum(10.0 for n in _convs(graph) if n.params["feature_group_count"] > 1) \
+        + 1e-3 * len(graph.nodes)
+
+
+def test_cheapest_takes_each_family_to_its_cheapest_form():
+    fn, args, g = _resnext()
+    new, applied = groups.cheapest(g, list(rules.ALL), _grouped_dear)
+    # no grouped conv is left, and each family took one dense conv (fewest nodes)
+    assert all(n.params["feature_group_count"] == 1 for n in _convs(new))
+    assert len(_convs(new)) == len(_convs(g))
+    assert "grouped-conv-halve" not in applied
+    assert_close(emit.run(new, jax.tree.leaves(args)), [jax.jit(fn)(*args)], 1e-5)
+
+
+def test_a_family_stops_pricing_at_the_first_form_well_above_the_best():
+    _, _, g = _resnext()
+    priced = []
+
+    def nodes(graph):                    # more nodes cost more: no form pays
+        priced.append(graph)
+        return float(len(graph.nodes))
+    new, applied = groups.cheapest(g, list(rules.ALL), nodes)
+    assert new is g and applied == []
+    # per family: the graph and its first form (8 pieces), then the next family
+    families = len(groups.families(g, list(rules.ALL)))
+    assert len({h.digest for h in priced}) == 1 + families
+
+
+def test_the_search_splits_grouped_convs_when_the_price_says_so():
+    fn, args, g = _resnext()
+    r = search(g, rules.ALL, _grouped_dear, algorithm="greedy", split_threshold=20,
+               time_limit=None, budget=400)
+    assert "grouped-conv-to-dense" in r.applied
+    assert not any(n.params["feature_group_count"] > 1 for n in _convs(r.graph))
+    assert_close(emit.run(r.graph, jax.tree.leaves(args)), [jax.jit(fn)(*args)], 1e-5)
