@@ -50,6 +50,24 @@ def test_constants_stay_in_the_per_call_program_and_effects_keep_their_place(cap
     assert capfd.readouterr().out.count("w sum") == 2
 
 
+def test_a_broadcast_of_a_weight_that_per_call_work_reads_stays_per_call():
+    """`x + b` reads `b` broadcast to x's shape: computed once, the full-shape array is
+    what each call would read; the per-call program broadcasts the bias itself. A
+    broadcast that weight-only work reads (`w * broadcast(s)`) is still precomputed."""
+    def biased(x, b, w, s):
+        return x + b, x @ (w * jnp.broadcast_to(s, w.shape))
+    args = (X, WQ[0], WK, WQ[1, :1])
+    g = capture.capture(biased, args).graph
+    s = frozen.split(g, (1, 2, 3))
+    per_call = [n for n in s.runtime.nodes if n.op == "broadcast_in_dim"]
+    assert [n.inputs[0].node.op for n in per_call] == ["input"]
+    assert per_call[0].inputs[0].type.shape == (8,)
+    assert sorted(v.type.shape for v in s.weights.outputs) == [(8,), (8, 8)]
+    assert "mul" in {n.op for n in s.weights.nodes} and \
+        "mul" not in {n.op for n in s.runtime.nodes}
+    assert_same(run_split(s, args), emit.run(g, args))
+
+
 def test_equal_weight_values_are_computed_once_and_read_as_one_input():
     def unrolled(x, a, b):          # the same concatenated weights built at each step
         for _ in range(3):
