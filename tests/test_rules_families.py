@@ -153,6 +153,18 @@ def test_enlarged_1x1_kernel_then_merged_with_its_3x3_sibling():
     assert_close(list(emit.run(g, [x, w1, w3])), list(jax.jit(f)(x, w1, w3)), 1e-5)
 
 
+@pytest.mark.parametrize("stride,padding", [(1, "SAME"), (2, "SAME"), (2, ((0, 1), (0, 1))),
+                                            (2, "VALID")])
+def test_3x3_conv_becomes_one_matmul_over_its_windows(stride, padding):
+    x, w = _rand(1, 7, 7, 5), _rand(3, 3, 5, 4)
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (stride, stride), padding,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    ops = rewrite("conv3x3-as-im2col", conv, x, w)
+    assert ops["conv_general_dilated"] == 0 and ops["dot_general"] == 1 and ops["slice"] == 9
+
+
 def test_average_pool_is_a_depthwise_conv():
     def pool(x):
         return lax.reduce_window(x, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 2, 2), "SAME") / 9

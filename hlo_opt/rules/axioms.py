@@ -313,7 +313,7 @@ CONVOLUTION = [
           ("strided-conv1x1-as-dot", lambda n: (lambda x, w: C._nhwc1x1(x, w, 2),
                                                 [(1, 3, n + 1, 2), (1, 1, 2, 2)])),
           ("conv3x3-as-im2col", lambda n: (lambda x, w: lax.conv_general_dilated(
-              x, w, (1, 1), ("SAME", "VALID", ((0, 1), (1, 0)))[n],
+              x, w, (n % 2 + 1, 1), ("SAME", "VALID", ((0, 1), (1, 0)))[n],
               dimension_numbers=("NHWC", "HWIO", "NHWC")), [(1, 3, 3, 1), (3, 3, 1, 2)])),
           ("depthwise-conv3x3-as-taps", lambda n: (lambda x, w: lax.conv_general_dilated(
               x, w, (n % 2 + 1, 1), ("SAME", "VALID", ((0, 1), (1, 0)))[n],

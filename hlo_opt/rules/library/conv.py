@@ -231,17 +231,9 @@ def _window_taps(m) -> list[tuple[int, int]]:
 
 def _im2col(kh: int, kw: int) -> Pat:
     """The conv at `_c1` (a kh x kw kernel) as one matmul: the zero-padded input's
-    kh*kw shifted windows side by side on the channel axis, times the kernel read as a
-    (kh*kw*C, O) matrix (HWIO's row-major order is tap by tap, then channel)."""
-    pads = Fn(lambda m: ((0, 0, 0), *[(lo, hi, 0) for lo, hi in m.params(_c1)["padding"]],
-                         (0, 0, 0)))
-    padded = Pat("pad", x, Const(0.0, x), padding_config=pads)
-
-    def window(i, j):
-        return Pat("slice", padded, start_indices=(0, i, j, 0), strides=None,
-                   limit_indices=Fn(lambda m: (m.shape(x)[0], i + m.shape(_c1)[1],
-                                               j + m.shape(_c1)[2], m.shape(x)[3])))
-    cols = Pat("concatenate", *[window(i, j) for i in range(kh) for j in range(kw)],
+    kh*kw shifted (strided) windows side by side on the channel axis, times the kernel
+    read as a (kh*kw*C, O) matrix (HWIO's row-major order is tap by tap, then channel)."""
+    cols = Pat("concatenate", *[_window(i, j) for i in range(kh) for j in range(kw)],
                dimension=3)
     flat = _reshape(cols, lambda m: (int(np.prod(m.shape(_c1)[:3])), kh * kw * m.shape(x)[3]))
     kernel = _reshape(w, lambda m: (kh * kw * m.shape(w)[2], m.shape(w)[3]))
@@ -256,8 +248,7 @@ def _dense3x3(m) -> bool:
     p = m.params(_c1)
     return (m.shape(w)[:2] == (3, 3) and p["feature_group_count"] == 1
             and p["batch_group_count"] == 1 and all(lo >= 0 and hi >= 0 for lo, hi in p["padding"])
-            and all(s == 1 for s in (*p["window_strides"], *p["lhs_dilation"],
-                                     *p["rhs_dilation"])))
+            and all(s == 1 for s in (*p["lhs_dilation"], *p["rhs_dilation"])))
 
 
 def _depthwise(m) -> bool:
@@ -271,10 +262,9 @@ def _depthwise(m) -> bool:
             and all(d == 1 for d in (*p["lhs_dilation"], *p["rhs_dilation"])))
 
 
-def _taps(k: int) -> Pat:
-    """The depthwise conv at `_c1` as a sum over its k*k taps of a shifted (strided)
-    window of the zero-padded input times that tap's per-channel weights (a 1x1xC
-    slice of the frozen kernel): elementwise work XLA fuses into one loop."""
+def _window(i: int, j: int) -> Pat:
+    """Tap (i, j)'s window of the NHWC conv at `_c1`: the zero-padded input from row i
+    and column j, every stride-th row and column, as many as the conv has outputs."""
     pads = Fn(lambda m: ((0, 0, 0), *[(lo, hi, 0) for lo, hi in m.params(_c1)["padding"]],
                          (0, 0, 0)))
     padded = Pat("pad", x, Const(0.0, x), padding_config=pads)
@@ -283,17 +273,21 @@ def _taps(k: int) -> Pat:
         sh, sw = m.params(_c1)["window_strides"]
         return None if sh == sw == 1 else (1, sh, sw, 1)
 
-    def window(i, j):
-        def limit(m):
-            (n, ho, wo, c), (sh, sw) = m.shape(_c1), m.params(_c1)["window_strides"]
-            return (n, i + (ho - 1) * sh + 1, j + (wo - 1) * sw + 1, c)
-        return Pat("slice", padded, start_indices=(0, i, j, 0), limit_indices=Fn(limit),
-                   strides=Fn(strides))
+    def limit(m):
+        (n, ho, wo, _), (sh, sw) = m.shape(_c1), m.params(_c1)["window_strides"]
+        return (n, i + (ho - 1) * sh + 1, j + (wo - 1) * sw + 1, m.shape(x)[3])
+    return Pat("slice", padded, start_indices=(0, i, j, 0), limit_indices=Fn(limit),
+               strides=Fn(strides))
 
+
+def _taps(k: int) -> Pat:
+    """The depthwise conv at `_c1` as a sum over its k*k taps of a shifted (strided)
+    window of the zero-padded input times that tap's per-channel weights (a 1x1xC
+    slice of the frozen kernel): elementwise work XLA fuses into one loop."""
     def tap(i, j):
         return Pat("slice", w, start_indices=(i, j, 0, 0), strides=None,
                    limit_indices=Fn(lambda m: (i + 1, j + 1, 1, m.shape(w)[3])))
-    terms = [Pat("mul", window(i, j), tap(i, j)) for i in range(k) for j in range(k)]
+    terms = [Pat("mul", _window(i, j), tap(i, j)) for i in range(k) for j in range(k)]
     total = terms[0]
     for t in terms[1:]:
         total = Pat("add", total, t)
@@ -313,13 +307,14 @@ MATMUL = [
          identity="conv_NHWC(x, w_1x1, stride s) -> reshape(reshape(x[:, ::s, ::s]) @ reshape(w))",
          example=lambda n: (lambda x, w: _nhwc1x1(x, w, 2), [(1, n + 4, 4, 3), (1, 1, 3, 2)])),
     # XLA CPU's conv kernel is slow on small images with many channels: a 3x3 conv on
-    # 7x7x512 ran 1.8x faster as im2col + matmul; on 56x56x64 it ran 0.56x (the cost
-    # model decides, per conv).
+    # 7x7x512 ran 1.8x faster as im2col + matmul; on 56x56x64 it ran 0.56x; strided,
+    # 14x14x512 to 7x7 1.6-1.8x, 56x56x128 to 28x28 0.67x (the cost model decides,
+    # per conv).
     Rule("conv3x3-as-im2col", "conv", _c1, _im2col(3, 3),
-         guards=[Guard("dense-3x3-unit-strides", _dense3x3)],
-         identity="conv_NHWC(x, w_3x3) -> reshape(concat(9 windows of pad(x)) @ reshape(w))",
+         guards=[Guard("dense-3x3", _dense3x3)],
+         identity="conv_NHWC(x, w_3x3) -> reshape(concat(9 strided windows of pad(x)) @ reshape(w))",
          example=lambda n: (lambda x, w: lax.conv_general_dilated(
-             x, w, (1, 1), ("SAME", "VALID", ((0, 1), (1, 0)))[n],
+             x, w, (n % 2 + 1, 1), ("SAME", "VALID", ((0, 1), (1, 0)))[n],
              dimension_numbers=("NHWC", "HWIO", "NHWC")), [(1, 4, n + 3, 2), (3, 3, 2, 3)])),
     # XLA CPU's depthwise conv kernel is 11-27x slower than the same work as fused
     # multiply-adds (NASNet-A's separable convs, measured on this 2-core CPU).
