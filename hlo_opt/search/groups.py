@@ -14,8 +14,9 @@ The forms on the way there (one or two halvings) cost more than the grouped conv
 search that takes one rule at a time, or one rule at all matches of a shape, stops
 before the pieces pay. `regroup` takes the whole way for one family: `grouped-conv-
 halve` j times at all its matches and then at all the pieces', `grouped-conv-to-dense`
-at the pieces, the nested concats flattened. Every step is a verified rule, so each
-form is an equivalent graph; the search prices them and keeps the cheapest.
+at the pieces, the nested concats flattened and each chain of slices made one. Every
+step is a verified rule, so each form is an equivalent graph; the search prices them
+and keeps the cheapest.
 
 Depthwise convs (one input channel per group) are left out: a dense form multiplies
 their work by the channel count, and they have their own move (`depthwise-conv3x3-as-
@@ -29,7 +30,8 @@ from hlo_opt.ir import Graph, Node
 from hlo_opt.rules.lang import Rule
 from hlo_opt.search.layout import saturate
 
-HALVE, DENSE, TIDY = "grouped-conv-halve", "grouped-conv-to-dense", ("concat-flatten",)
+HALVE, DENSE = "grouped-conv-halve", "grouped-conv-to-dense"
+TIDY = ("concat-flatten", "slice-of-slice")
 MAX_PIECES = 16     # 32 pieces priced within 0.3 ms of 16 on every ResNeXt family, and
                     # were the slowest forms to price cold (1.0-2.0 s each)
 SLACK = 0.01        # a form priced this much above the best so far ends the family's forms

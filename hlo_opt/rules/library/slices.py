@@ -74,6 +74,13 @@ _sq = Pat("squeeze", _bc)
 _sb = Pat("slice", _bc)
 _dt = Pat("dot_general", x, w)
 _sd = Pat("slice", _dt)
+_in = Pat("slice", x)
+_ss = Pat("slice", _in)
+
+
+def _composed(m, key: str) -> tuple[int, ...]:
+    """The outer slice's start or limit, moved by the inner slice's start."""
+    return tuple(a + b for a, b in zip(m.params(_in)["start_indices"], m.params(_ss)[key]))
 
 
 def _inserts_units(m) -> bool:
@@ -134,6 +141,14 @@ def _through_binary(left: bool) -> Rule:
 
 
 NARROW = [
+    # The regrouping move halves a grouped conv's input again and again; each piece is
+    # then one slice of it, not a chain of four.
+    Rule("slice-of-slice", "concat_split", _ss,
+         Pat("slice", x, start_indices=Fn(lambda m: _composed(m, "start_indices")),
+             limit_indices=Fn(lambda m: _composed(m, "limit_indices")), strides=None),
+         guards=[_unit_strides(_in), _unit_strides(_ss)],
+         identity="x[a:b][c:d] -> x[a+c:a+d]",
+         example=lambda n: (lambda x: x[n % 2:, 1:][1:3, n % 2:] * 2, [(4, 3)])),
     _through_binary(True),
     _through_binary(False),
     Rule("squeeze-of-broadcast", "concat_split", _sq, x, guards=[Guard("units", _inserts_units)],
