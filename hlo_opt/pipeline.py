@@ -44,9 +44,11 @@ FASTER = 0.99            # measure_final keeps the optimised program at this rat
 NOISY_GAIN = 0.10        # a whole-graph move on a program timed whole must gain this much:
                          # one such timing carries ~6% of noise (sd), and the sweep tries
                          # dozens of moves; at 2%, NasRNN took 70 split-to-slices on noise
-COLD_EXTRA = 1.5         # cold kernel timing may add this many time limits to a search:
+COLD_EXTRA = 1.0         # cold kernel timing may add this many time limits to a search:
                          # with 3, NASNet-A's first call took 66 s, over the 60 s goal,
-                         # and with 2, 56-65 s as the machine's speed drifted
+                         # with 2, 56-65 s as the machine's speed drifted; with 1.5 and
+                         # the regrouping move, ResNeXt-50 63.8 s and NASNet-A 61.0 s,
+                         # with 1, 45.0 s and 55.3 s (first_call.py, 2026-11-22)
 
 
 @dataclasses.dataclass(frozen=True)
