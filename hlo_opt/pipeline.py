@@ -41,7 +41,8 @@ TIME_LIMIT = 10.0        # seconds of search when the user sets none (the search
 VERIFY_INPUTS = 2        # random input sets the optimised program must agree on
 MIN_GAIN = 0.02          # a predicted gain under this is noise: the original is kept
 FASTER = 0.99            # measure_final keeps the optimised program at this ratio or below
-NOISY_GAIN = 0.10        # a whole-graph move on a program timed whole must gain this much:
+NOISY_GAIN = 0.10        # a whole-graph move on a program timed whole must gain this much,
+                         # and so must the search's own rewrites after the moves, together:
                          # one such timing carries ~6% of noise (sd), and the sweep tries
                          # dozens of moves; at 2%, NasRNN took 70 split-to-slices on noise
 COLD_EXTRA = 1.0         # cold kernel timing may add this many time limits to a search:
@@ -82,7 +83,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     limit = TIME_LIMIT if options.time_limit is None else options.time_limit
     kwargs = {} if options.budget is None else {"budget": options.budget}
     if model.cost(original, frozen).whole:
-        kwargs["sweep_gain"] = NOISY_GAIN
+        kwargs.update(sweep_gain=NOISY_GAIN, search_gain=NOISY_GAIN)
     result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
                     time_limit=limit, split_threshold=options.split_threshold,
                     clock=search_clock(model, limit), **kwargs)

@@ -333,3 +333,24 @@ def test_a_split_graph_starts_from_the_merged_graph_only_when_it_is_cheaper():
         return sum(n.op in ("concatenate", "split") for n in h.nodes) + 0.001 * len(h.nodes)
     r = search(g, rules.ALL, concats, **kw)
     assert "merge-dots-shared-lhs" not in r.applied and _ops(r.graph)["dot_general"] == 8
+
+
+def test_what_the_search_finds_past_the_moves_must_gain_search_gain():
+    """Cancelling a double transpose saves 2 of 33 nodes (6%) under a node-count cost:
+    taken with no gain asked, kept out when the search must gain 10%."""
+    def f(x):
+        y = x.T.T
+        for _ in range(10):
+            y = jnp.tanh(y) * 2.0
+        return y
+    g = capture.capture(f, (_rand(3, 4),)).graph
+    assert len(g.nodes) == 33
+
+    def nodes(h):
+        return float(len(h.nodes))
+    kw = dict(algorithm="greedy", time_limit=None, split_threshold=None, layouts=False)
+    found = search(g, rules.ALL, nodes, **kw)
+    assert found.cost == 31.0 and "transpose-cancel" in found.applied
+    kept = search(g, rules.ALL, nodes, search_gain=0.10, **kw)
+    assert kept.graph is g and kept.applied == [] and kept.cost == 33.0
+    assert search(g, rules.ALL, nodes, search_gain=0.05, **kw).cost == 31.0
