@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from hlo_opt.ir import Graph, Node
 from hlo_opt.rules.lang import Rule
+from hlo_opt.rules.library.conv import CONV
 from hlo_opt.search.layout import saturate
 
 HALVE, DENSE = "grouped-conv-halve", "grouped-conv-to-dense"
@@ -36,7 +37,6 @@ MAX_PIECES = 16     # 32 pieces priced at most 0.35 ms under 16 on any ResNeXt f
                     # (16 ms over on one), and were the slowest forms to price cold
                     # (1.0-2.0 s each)
 SLACK = 0.01        # a form priced this much above the best so far ends the family's forms
-CONV = "conv_general_dilated"
 
 
 def signature(node: Node) -> tuple:
@@ -51,7 +51,7 @@ def families(graph: Graph, rules: Sequence[Rule]) -> list[tuple]:
         return []
     found: list[tuple] = []
     for node in graph.nodes:
-        if node.op == CONV and _groups(node) > 1 and not _depthwise(node) \
+        if node.op == CONV and node.params["feature_group_count"] > 1 and not _depthwise(node) \
                 and signature(node) not in found:
             found.append(signature(node))
     return found
@@ -115,10 +115,6 @@ def regroup(graph: Graph, rules: Sequence[Rule], family: tuple, halvings: int
 
 def _conv_signatures(graph: Graph) -> set[tuple]:
     return {signature(n) for n in graph.nodes if n.op == CONV}
-
-
-def _groups(node: Node) -> int:
-    return node.params["feature_group_count"]
 
 
 def _depthwise(node: Node) -> bool:
