@@ -51,7 +51,7 @@ FLAGS = flags.FLAGS
 
 BASELINE = "jax.jit"
 SAMPLE_SECONDS = 0.05
-# Largest relative error (max |a - b| / max |b|) accepted as "agrees" for each dtype.
+SIGN_LEVEL = 0.05      # `sign_of`: the sign test's level
 
 
 def environment() -> dict:
@@ -123,8 +123,21 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int) -> dict:
             continue
         ratios = [b / t for b, t in zip(base, samples[name])]
         result["speedup"][name] = {"median": statistics.median(ratios),
-                                   "min": min(ratios), "max": max(ratios)}
+                                   "min": min(ratios), "max": max(ratios), "ratios": ratios}
     return result
+
+
+def sign_of(ratios, level: float = SIGN_LEVEL) -> int:
+    """+1 (a win) or -1 (a loss) when the per-round speed-ups fall on one side of 1 more
+    often than chance would put them there (a two-sided sign test at `level`); 0 when
+    this device cannot tell the two programs apart, so there is no sign to call."""
+    above = sum(r > 1 for r in ratios)
+    below = sum(r < 1 for r in ratios)
+    n, k = above + below, max(above, below)
+    if n == 0:
+        return 0
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n)
+    return 0 if p >= level else (1 if above > below else -1)
 
 
 def enzyme(fn: Callable) -> Callable | None:

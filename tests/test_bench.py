@@ -43,7 +43,7 @@ def test_interleaving_alternates_order_and_summarises_ratios():
     assert rounds == [["A", "B", "C"], ["C", "B", "A"]] * 2
     assert set(result["ms"]) == {"A", "B", "C"} and set(result["speedup"]) == {"B", "C"}
     for s in result["speedup"].values():
-        assert 0 < s["min"] <= s["median"] <= s["max"]
+        assert 0 < s["min"] <= s["median"] <= s["max"] and len(s["ratios"]) == 4
 
 
 def _record(**extra):
@@ -53,6 +53,14 @@ def _record(**extra):
             "speedup": {"hlo_opt": {"median": 2.0, "min": 1.5, "max": 2.5}},
             "rel_error": {"hlo_opt": 0.0}, "optimise_s": 1.0, "search_s": 0.5,
             "applied": {"b-rule": 1, "a-rule": 2}, "failures": {}, **extra}
+
+
+@pytest.mark.parametrize("ratios, sign", [
+    ([1.1] * 7, 1), ([0.9] * 6 + [1.2], 0), ([0.8] * 12 + [1.1] * 3, -1),
+    ([0.8] * 11 + [1.1] * 4, 0), ([1.0] * 9, 0), ([1.05, 0.95] * 8, 0)])
+def test_a_sign_is_called_only_when_the_rounds_decide_it(ratios, sign):
+    """A two-sided sign test at 5%: 7 of 7 rounds, or 12 of 15, on one side of 1."""
+    assert bench.sign_of(ratios) == sign
 
 
 def test_table_shows_each_column_and_omits_a_missing_peer():
