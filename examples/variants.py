@@ -6,7 +6,12 @@ Three families, the moves the search will make (issue: rules) done here by hand:
 - merge: dots that share their left operand become one dot on concatenated weights,
   then slices (TASO's merged matmul; QKV in BERT, the gates of SRU and NasRNN);
 - pair: `x @ a + h @ b` becomes `concat(x, h) @ concat(a; b)` (NasRNN's gate pairs);
-- split: a grouped conv becomes k convs on channel slices, concatenated.
+- split: a grouped conv becomes k convs on channel slices, concatenated;
+- rules: the search's own conv moves, by the verified rules: the network relaid out in
+  NHWC (`search.layout.relayout`), then 1x1 convs as matmuls, 3x3 convs as im2col,
+  depthwise convs as taps, each at a random share of its matches — the decisions the
+  search prices (Inception-v3's im2col among them); and SRU's narrowing and
+  vectorising moves (`search.narrow`), each taken or not.
 Each transform returns a new Graph computing the same function.
 """
 from __future__ import annotations
@@ -18,10 +23,15 @@ from jax.lax import ConvDimensionNumbers
 
 from hlo_opt.ir import Graph, Node, Value, replace
 from hlo_opt.ops import make
+from hlo_opt.rules.library import ALL
+from hlo_opt.search import layout, narrow
 
 NCHW = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
 NHWC = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 MAX_SPLIT = 20
+CONV_MOVES = ("conv1x1-as-dot", "strided-conv1x1-as-dot", "conv3x3-as-im2col",
+              "depthwise-conv3x3-as-taps")
+SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def _slice(value: Value, axis: int, start: int, stop: int) -> Value:
@@ -124,6 +134,46 @@ def split_conv(graph: Graph, conv: Node, k: int) -> Graph:
     return replace(graph, {conv.out(): make("concatenate", parts, dimension=1).out()})
 
 
+# -- rules ---------------------------------------------------------------------------------
+
+def _by_name(names) -> list:
+    rules = {r.name: r for r in ALL}
+    return [rules[n] for n in names]
+
+
+def relaid(graph: Graph) -> Graph | None:
+    """The whole network in NHWC, its transposes cancelled (the search's layout move)."""
+    found = layout.relayout(graph, ALL)
+    return None if found is None else found[0]
+
+
+def conv_moves(graph: Graph, rng: random.Random) -> tuple[str, Graph]:
+    """Each conv move of the search applied at a random share of its matches."""
+    taken = []
+    for rule in _by_name(CONV_MOVES):
+        found = rule.matches(graph)
+        share = rng.choice(SHARES)
+        picked = rng.sample(found, round(share * len(found)))
+        if picked:
+            graph, _ = rule.apply_all(graph, picked)
+            taken.append(f"{rule.name}-{share:.0%}")
+    return "+".join(taken) or "none", graph
+
+
+def sequence_moves(graph: Graph) -> list[tuple[str, Graph]]:
+    """SRU's narrowing and vectorising moves, one or both."""
+    out, g = [], graph
+    for name, move in (("narrow", narrow.narrow), ("vectorize", narrow.vectorize)):
+        found = move(graph, ALL)
+        if found is not None:
+            out.append((name, found[0]))
+        found = move(g, ALL)
+        g = g if found is None else found[0]
+    if g is not graph:
+        out.append(("narrow+vectorize", g))
+    return out
+
+
 # -- a family of variants -----------------------------------------------------------------
 
 def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Graph]]:
@@ -149,7 +199,11 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
             g = split_conv(g, todo[0], k)
         if g is not graph:
             add(f"split-groups-{k}", g)
+    for name, g in sequence_moves(graph):
+        add(name, g)
     splits = [(name, g) for name, g in out.values()]
+    starts = [(n, g) for n, g in (("", graph), ("nhwc+", relaid(graph))) if g is not None]
+    movable = any(r.matches(g) for r in _by_name(CONV_MOVES) for _, g in starts)
     convs = nchw_convs(graph)
     groups = dot_groups(graph)
     pairs = dot_pairs(graph)
@@ -157,6 +211,11 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
     while len(out) < count and attempts < 20 * count:
         attempts += 1
         name, g = rng.choice(splits)
+        if movable and len(out) % 2:      # half the convolutional variants
+            start, g = rng.choice(starts)
+            name, moved = conv_moves(g, rng)
+            add(f"rules:{start}{name}", moved)
+            continue
         if convs:
             frac = rng.choice((0.1, 0.25, 0.5, 0.75, 0.9, 1.0))
             chosen = nchw_convs(g)
@@ -178,7 +237,7 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
             for _ in range(max(1, round(rng.choice((0.25, 0.5, 1.0)) * len(pairs)))):
                 g = merge_pair(g, rng.choice(dot_pairs(g)))
             add(f"pair-{len(pairs) - len(dot_pairs(g))}", g)
-        if not convs and not groups and not pairs:
+        if not convs and not groups and not pairs and not movable:
             break
     return list(out.values())[:count]
 

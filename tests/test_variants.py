@@ -76,17 +76,43 @@ def test_split_grouped_conv(k):
     _same_function(g, v, args)
 
 
-@pytest.mark.parametrize("name", ["resnext50", "nasrnn", "sru"])
-def test_zoo_variants_are_distinct_and_equivalent(name):
+@pytest.mark.parametrize("name, family", [("resnext50", "split"), ("nasrnn", "pair"),
+                                          ("sru", "narrow"), ("squeezenet", "rules:nhwc+")])
+def test_zoo_variants_are_distinct_and_equivalent(name, family):
     fn, params, inputs = models.build(name, small=True)
     args = jax.tree.leaves((params, *inputs))
     g = capture.capture(fn, (params, *inputs)).graph
     found = V.variants(g, count=6)
     assert len(found) == 6 and found[0] == ("original", g)
     assert len({v.digest for _, v in found}) == 6
+    assert any(label.startswith(family) for label, _ in found)
     want = emit.run(g, args)
     for label, v in found[1:]:
         assert_close(jax.jit(emit.to_callable(v))(*args), want, 1e-5, label)
+
+
+def test_conv_moves_take_a_share_of_each_rules_matches():
+    def f(x, a, b):
+        y = lax.conv_general_dilated(x, a, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        for _ in range(3):
+            y = jax.nn.relu(lax.conv_general_dilated(y, b, (1, 1), "SAME",
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        return y
+    args = (_rand(1, 6, 6, 4), _rand(1, 1, 4, 8), _rand(3, 3, 8, 8))
+    g = capture.capture(f, args).graph
+
+    class Shares:                   # all of the 1x1 convs, a third of the three 3x3 ones
+        shares = iter([1.0, 0.0, 1 / 3, 0.0])     # in the order of V.CONV_MOVES
+
+        def choice(self, seq):
+            return next(self.shares)
+
+        def sample(self, seq, k):
+            return list(seq)[:k]
+    name, v = V.conv_moves(g, Shares())
+    assert name == "conv1x1-as-dot-100%+conv3x3-as-im2col-33%"
+    assert sum(n.op == "conv_general_dilated" for n in v.nodes) == 2
+    _same_function(g, v, args, rtol=1e-4)
 
 
 def test_only_short_programs_that_fit_the_cache_budget_are_replicated():
