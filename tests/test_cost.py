@@ -257,6 +257,27 @@ def test_the_first_graph_of_a_signature_decides_whole_or_summed(tmp_path):
     assert fresh.cost(graph_of(light, x, w)).whole          # alone, it would be timed whole
 
 
+def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, monkeypatch):
+    """Timed right after its own compile, a kernel reads slow (the other core's workers
+    asleep): `cost` compiles every kernel it has not timed, then times them back to back."""
+    from hlo_opt.cost import measure
+    events = []
+    compiled, timed = measure.compiled, measure.time_callable
+    monkeypatch.setattr(measure, "compiled",
+                        lambda g, seed=0: events.append("compile") or compiled(g, seed))
+    monkeypatch.setattr(measure, "time_callable",
+                        lambda *a, **k: events.append("time") or timed(*a, **k))
+    g = graph_of(lambda x, w, v: jnp.tanh(x @ w) @ v, X, W, W.T)
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
+    c = model.cost(g)
+    kernels = [k for k in c.kernels if k.kernel.kind != "free"]
+    assert model.measured == len(kernels) == 3 and all(k.seconds > 0 for k in kernels)
+    first = events[:events.index("time")]
+    assert first.count("compile") == 3       # all three compiled before the first timing
+    assert cost.Measured(tmp_path, repeats=2, min_sample=1e-4,
+                         whole_below=0.0).cost(g).total == c.total    # and cached
+
+
 @pytest.mark.parametrize("whole, timed_whole", [(0.5e-3, True), (1.5e-3, False)])
 def test_a_program_whose_kernels_sum_long_is_timed_whole_once_to_see(tmp_path, whole,
                                                                      timed_whole):

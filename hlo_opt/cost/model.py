@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import jax
 
@@ -78,17 +78,23 @@ class CostModel:
     def cost(self, graph: Graph, frozen: Iterable[int] = ()) -> Cost:
         fixed = weight_only(graph, frozen)
         kernels = partition(graph, epilogue_fusion=self.platform == "gpu")
-        price = self.estimate if self.timed_whole(graph, frozen) else self._price
-        priced = []
-        for kernel in kernels:
-            pre = all(v.node in fixed for v in kernel.inputs)
-            priced.append(KernelCost(kernel, 0.0 if pre else price(kernel), pre))
+        pre = [all(v.node in fixed for v in kernel.inputs) for kernel in kernels]
+        price = self._price
+        if self.timed_whole(graph, frozen):
+            price = self.estimate
+        else:
+            self.prepare([k for k, p in zip(kernels, pre) if not p])
+        priced = [KernelCost(k, 0.0 if p else price(k), p) for k, p in zip(kernels, pre)]
         total = sum(k.seconds for k in priced)
         whole = self.whole_seconds(graph, frozen, total)
         self.done()
         if whole is not None:
             return Cost(whole, tuple(priced), whole=True)
         return Cost(total, tuple(priced))
+
+    def prepare(self, kernels: Sequence[Kernel]) -> None:
+        """Called with the kernels `cost` is about to price, before any is: a model may
+        price them together."""
 
     def whole_seconds(self, graph: Graph, frozen: Iterable[int], summed: float) -> float | None:
         """The graph's time measured as one program, where the kernel sum is not to be
@@ -147,18 +153,49 @@ class Measured(CostModel):
         self._references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
         self._summed: set[tuple] = set()            # signatures whose graphs are summed
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `_key`
+        self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
+        self._failed: set[str] = set()              # programs that would not run alone
 
     def fallback(self) -> Analytic:
         if self._fallback is None:
             self._fallback = Analytic.calibrated(self._cache_dir)
         return self._fallback
 
+    def prepare(self, kernels: Sequence[Kernel]) -> None:
+        """Times the kernels not timed yet, compiled all first, then run back to back
+        (`measure.time_graphs`: a kernel timed right after its own compile reads slow)."""
+        todo: dict[str, Graph] = {}
+        for kernel in kernels:
+            key = _key(kernel)
+            if kernel.kind == "free" or not _runs_alone(kernel) or key in self._isolated \
+                    or (self._seen is not None and key in self._seen):
+                continue
+            program = self._isolated[key] = isolate(kernel)
+            if program.digest not in todo and self.cache.get(program.digest) is None:
+                todo[program.digest] = program
+        if not todo:
+            return
+        started = time.perf_counter()
+        timed = measure.time_graphs(list(todo.values()), repeats=self.repeats,
+                                    min_sample=self.min_sample)
+        self.measuring += time.perf_counter() - started
+        for digest, seconds in zip(todo, timed):
+            if isinstance(seconds, Exception):
+                self._failed.add(digest)
+                logger.debug("hlo_opt: cannot time kernel %s alone (%s); using the "
+                             "roofline", digest, seconds)
+            else:
+                self.cache.put(digest, seconds)
+                self.measured += 1
+
     def kernel_seconds(self, kernel: Kernel) -> float:
         if kernel.kind == "free":
             return 0.0
         if not _runs_alone(kernel):
             return self.fallback().kernel_seconds(kernel)
-        program = isolate(kernel)
+        program = self._isolated.pop(_key(kernel), None) or isolate(kernel)
+        if program.digest in self._failed:
+            return self.fallback().kernel_seconds(kernel)
         seconds = self.cache.get(program.digest)
         if seconds is None:
             started = time.perf_counter()
