@@ -4,13 +4,16 @@
     python examples/cost_fidelity.py --readme        # also rewrite the README's table
     python examples/cost_fidelity.py --small --models=bert,sru --variants=8   # a smoke run
 
-For each model: variants from `variants.py` (layouts, merged dots, split grouped convs),
-each priced by the measured cost model with the weights frozen, and each timed as a
-whole program (weight-only work precomputed, as `frozen_argnums` will do), round-robin
-over the variants so drift hits all alike. Reported: Spearman rank correlation of
-predicted vs measured, and how far the predicted speed-up over the original is from the
-measured one. Then the sign cases of the cost-model issue: each a pair of programs whose
-measured speed-up on a 2-core CPU is known to be a win or a loss; the model must call it.
+For each model: variants from `variants.py` (layouts, merged dots, split grouped convs,
+and the search's own conv and sequence moves by the verified rules), each priced by the
+measured cost model with the weights frozen, and each timed as a whole program
+(weight-only work precomputed, as `frozen_argnums` will do), round-robin over the
+variants so drift hits all alike. Reported: Spearman rank correlation of predicted vs
+measured; the pairs of variants whose order the rounds decide (a sign test) and how
+many of those the model orders right; and how far the predicted speed-up over the
+original is from the measured one. Then the sign cases of the cost-model issue: each a
+pair of programs whose speed-up was measured as a win or a loss; the model must call
+the sign this device measures, where a sign test over the rounds decides one.
 Also: how long pricing a model's kernels takes from a cold and from a warm cache.
 """
 from __future__ import annotations
@@ -34,7 +37,7 @@ from models import layers
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
 flags.DEFINE_integer("variants", 24, "Variants per model (the original included).")
-flags.DEFINE_integer("rounds", 5, "Round-robin timing rounds.")
+flags.DEFINE_integer("rounds", 9, "Round-robin timing rounds (a sign test needs 6 or more).")
 flags.DEFINE_bool("cases", True, "Also run the sign cases.")
 flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
@@ -49,11 +52,30 @@ def program(graph, frozen_inputs, args):
     return jax.jit(emit.to_callable(s.runtime)), [args[i] for i in s.live] + list(weights)
 
 
-def round_robin(programs, rounds: int) -> list[float]:
-    """Median seconds per call of each (fn, args), timed interleaved as the benchmarks do."""
+def round_robin(programs, rounds: int) -> tuple[list[float], list[list[float]]]:
+    """Median seconds per call of each (fn, args), timed interleaved as the benchmarks
+    do, and each one's per-round speed-up over the first."""
     timing = bench.interleaved({i: functools.partial(fn, *args)
                                 for i, (fn, args) in enumerate(programs)}, (), rounds)
-    return [timing["ms"][i] / 1e3 for i in range(len(programs))]
+    ratios = [[1.0] * rounds] + [timing["speedup"][i]["ratios"] for i in range(1, len(programs))]
+    return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios
+
+
+def decided_pairs(predicted, ratios) -> tuple[int, int, int]:
+    """(pairs of variants, pairs whose order the rounds decide, decided pairs the model
+    orders the same way). Variants within the machine's noise of each other have no
+    order to get right, and Spearman over them ranks noise: BERT's merges all run
+    within 4% of each other. A pair's order is decided by a sign test over the rounds
+    (`bench.sign_of` of the per-round speed-ups of one over the other)."""
+    pairs = decided = right = 0
+    for i in range(len(predicted)):
+        for j in range(i + 1, len(predicted)):
+            pairs += 1
+            sign = bench.sign_of([b / a for a, b in zip(ratios[i], ratios[j])])  # j over i
+            if sign:
+                decided += 1
+                right += (predicted[j] < predicted[i]) == (sign > 0)
+    return pairs, decided, right
 
 
 def spearman(a, b) -> float:
@@ -87,11 +109,14 @@ def fidelity(name: str, model: cost.CostModel) -> dict:
     cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs)
     found = V.variants(graph, FLAGS.variants)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
-    measured = round_robin([program(g, frozen_inputs, args) for _, g in found], FLAGS.rounds)
+    measured, ratios = round_robin([program(g, frozen_inputs, args) for _, g in found],
+                                   FLAGS.rounds)
     errors = _speedup_errors(predicted, measured)
+    pairs, decided, right = decided_pairs(predicted, ratios)
     return {"model": name, "variants": [{"name": n, "predicted_s": p, "measured_s": m}
                                         for (n, _), p, m in zip(found, predicted, measured)],
             "spearman": spearman(predicted, measured),
+            "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
             "speedup_error_median": statistics.median(errors) if errors else None,
             "speedup_error_max": max(errors) if errors else None,
             "within_15pct": sum(e <= 0.15 for e in errors) / len(errors) if errors else None,
@@ -242,10 +267,14 @@ def markdown(records, cases, env) -> str:
     lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
              f"{env['date']}, by `{bench.command_line()}`.", "",
-             "| model | variants | Spearman | speed-up error median / max | within 15% "
-             "| price kernels cold / warm (s) |", "| --- | --- | --- | --- | --- | --- |"]
+             "| model | variants | Spearman | pairs decided | of those, ordered right "
+             "| speed-up error median / max | within 15% | price kernels cold / warm (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
+        ordered = f"{r['decided_pairs_right'] / r['decided_pairs']:.0%}" \
+            if r["decided_pairs"] else "-"
         lines.append(f"| {r['model']} | {len(r['variants'])} | {r['spearman']:.2f} | "
+                     f"{r['decided_pairs']} of {r['pairs']} | {ordered} | "
                      f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "
                      f"{r['within_15pct']:.0%} | {r['cold_s']:.1f} / {r['warm_s']:.2f} |")
     if cases:

@@ -63,6 +63,16 @@ def test_a_sign_is_called_only_when_the_rounds_decide_it(ratios, sign):
     assert bench.sign_of(ratios) == sign
 
 
+def test_fidelity_counts_only_the_pairs_the_rounds_order():
+    import cost_fidelity
+    # Per-round speed-ups over variant 0: variant 1 is 1.3x faster in every round,
+    # variant 2 is level with 0 (noise either way), so only pairs (0,1) and (1,2) are
+    # decided; the model below gets (0,1) right and (1,2) wrong.
+    ratios = [[1.0] * 7, [1.3] * 7, [1.05, 0.95] * 3 + [1.0]]
+    predicted = [2.0, 1.5, 1.0]
+    assert cost_fidelity.decided_pairs(predicted, ratios) == (3, 2, 1)
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
