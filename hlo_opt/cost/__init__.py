@@ -4,6 +4,7 @@
 - `measure`: timing a small program here (jitted microbenchmarks);
 - `cache`: the on-disk JSON cache of those timings;
 - `analytic`: a calibrated roofline, for tests and as fallback;
+- `memory`: page faults of buffers past malloc's mmap line, a per-call cost no kernel shows;
 - `model`: `Measured` / `Analytic` cost models; `cost = model.cost(graph, frozen=...)`.
 """
 from hlo_opt.cost.model import Analytic, Cost, CostModel, KernelCost, Measured, make

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import jax
 
-from hlo_opt.cost import analytic, measure
+from hlo_opt.cost import analytic, measure, memory
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition
 from hlo_opt.frozen import split, weight_only
@@ -43,6 +43,7 @@ class Cost:
     total: float
     kernels: tuple[KernelCost, ...]
     whole: bool = False     # `total` is the per-call program timed whole, not the sum
+    faults: float = 0.0     # of `total`: page faults of buffers past malloc's mmap line
 
     def breakdown(self, top: int = 10) -> list[tuple[str, float]]:
         """The costliest kernels, as (ops joined by '+', seconds)."""
@@ -85,12 +86,20 @@ class CostModel:
         else:
             self.prepare([k for k, p in zip(kernels, pre) if not p])
         priced = [KernelCost(k, 0.0 if p else price(k), p) for k, p in zip(kernels, pre)]
-        total = sum(k.seconds for k in priced)
+        faults = 0.0
+        if self.platform == "cpu":
+            faults = memory.seconds(graph, memory.temp_bytes(graph, kernels, pre),
+                                    self.fault_per_byte)
+        total = sum(k.seconds for k in priced) + faults
         whole = self.whole_seconds(graph, frozen, total)
         self.done()
         if whole is not None:
             return Cost(whole, tuple(priced), whole=True)
-        return Cost(total, tuple(priced))
+        return Cost(total, tuple(priced), faults=faults)
+
+    def fault_per_byte(self) -> float:
+        """Seconds per byte of faulting in a fresh buffer (`memory.py`)."""
+        return memory.DEFAULT_FAULT
 
     def prepare(self, kernels: Sequence[Kernel]) -> None:
         """Called with the kernels `cost` is about to price, before any is: a model may
@@ -155,6 +164,12 @@ class Measured(CostModel):
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `_key`
         self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
         self._failed: set[str] = set()              # programs that would not run alone
+        self._fault: float | None = None            # `fault_per_byte`, once calibrated
+
+    def fault_per_byte(self) -> float:
+        if self._fault is None:
+            self._fault = memory.calibrate(device_header(), self._cache_dir)
+        return self._fault
 
     def fallback(self) -> Analytic:
         if self._fallback is None:

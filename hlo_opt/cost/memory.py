@@ -1,0 +1,171 @@
+"""What a program's fresh memory costs each call on CPU: page faults above malloc's mmap line.
+
+XLA's CPU runtime allocates a program's temporaries as one buffer per call, and each
+output as a buffer of its own. glibc's malloc serves a request above its mmap threshold
+with a fresh mapping and unmaps it on free, so every page of such a buffer is faulted in
+again on the next call. The threshold rises with what the process frees, but never past
+32 MiB on 64-bit Linux (`DEFAULT_MMAP_THRESHOLD_MAX`): past that line, a buffer costs
+its pages' faults on every call, whatever the kernels inside do.
+
+Measured on the 2-core VM (Intel Xeon host): Inception-v3 in NHWC with its 149x149 conv
+as im2col has a 47.5 MiB temp buffer (7.9 MiB without) and ran in 92.5 ms against
+76.3 ms, but in 76.9 against 74.8 with `MALLOC_MMAP_THRESHOLD_` set to 1 GiB, while its
+kernels, timed alone, summed the same either way: the summed kernels priced the im2col
+as a gain, and the program lost 21%.
+
+`temp_bytes` estimates the temp buffer from the kernel partition: the values that cross
+kernels, each live from its kernel to its last reader, and inside a kernel the operands
+of a concatenate, which XLA's CPU backend materialises (it fuses no concatenate: each
+operand is a loop of its own, then a copy). `seconds` prices the faults at the rate
+`calibrate` measures once per device.
+"""
+from __future__ import annotations
+
+import mmap
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hlo_opt.cost.cache import Cache
+from hlo_opt.cost.partition import Kernel
+from hlo_opt.ir import Graph, Value
+
+MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
+PAGE = 4096
+DEFAULT_FAULT = 1.3e-6 / PAGE   # seconds per byte, for tests: 1.3 us a page on the VM
+
+
+def temp_bytes(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) -> int:
+    """Peak bytes of the per-call program's temporaries: the least over two orders of
+    the kernels, theirs (the program's order) and a depth-first one from the outputs,
+    the larger inputs first (XLA's memory scheduler keeps the least of such orders;
+    NASNet-A's branches in program order peaked at 39.8 MiB, depth first at ~24, as XLA).
+    """
+    best = _peak(graph, kernels, precomputed)
+    for schedule in (_depth_first, _greedy):
+        if best <= MMAP_LINE:      # the finer orders cost more; only the line matters
+            break
+        order = schedule(graph, kernels)
+        best = min(best, _peak(graph, [kernels[i] for i in order],
+                               [precomputed[i] for i in order]))
+    return best
+
+
+def _depth_first(graph: Graph, kernels: Sequence[Kernel]) -> list[int]:
+    """Kernel indices in a post-order from the graph's outputs, each kernel's producers
+    visited largest first (by the bytes they and their producers make, counted as XLA's
+    DFS scheduler counts them), then any kernel no output reads, in order."""
+    maker = {v: i for i, k in enumerate(kernels) for v in k.outputs}
+    producers = [sorted({maker[v] for v in k.inputs if v in maker}) for k in kernels]
+    size = [0] * len(kernels)
+    for i, k in enumerate(kernels):         # kernels come producers first
+        size[i] = sum(v.type.nbytes for v in k.outputs) + sum(size[j] for j in producers[i])
+    order, seen = [], set()
+    for root in [maker[v] for v in graph.outputs if v in maker] + list(range(len(kernels))):
+        stack = [(root, False)]
+        while stack:
+            i, done = stack.pop()
+            if done:
+                order.append(i)
+            elif i not in seen:
+                seen.add(i)
+                stack.append((i, True))
+                # pushed smallest first, so the largest is visited (and done) first
+                stack.extend((j, False) for j in sorted(producers[i], key=size.__getitem__)
+                             if j not in seen)
+    return order
+
+
+def _greedy(graph: Graph, kernels: Sequence[Kernel]) -> list[int]:
+    """Kernel indices in a greedy order (XLA's list scheduler's rule): of the kernels
+    whose producers have run, the one that frees the most bytes net of what it makes."""
+    maker = {v: i for i, k in enumerate(kernels) for v in k.outputs}
+    producers = [{maker[v] for v in k.inputs if v in maker} for k in kernels]
+    readers: dict[int, set[int]] = {i: set() for i in range(len(kernels))}
+    for i, made_by in enumerate(producers):
+        for j in made_by:
+            readers[j].add(i)
+    size = [sum(v.type.nbytes for v in k.outputs) for k in kernels]
+    waiting = {i: len(p) for i, p in enumerate(producers)}
+    unread = {i: len(readers[i]) for i in readers}
+    ready = {i for i, n in waiting.items() if n == 0}
+    order = []
+    while ready:
+        def gain(i):
+            return sum(size[j] for j in producers[i] if unread[j] == 1) - size[i]
+        i = max(ready, key=lambda i: (gain(i), -i))
+        ready.remove(i)
+        order.append(i)
+        for j in producers[i]:
+            unread[j] -= 1
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                ready.add(r)
+    return order
+
+
+def _peak(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) -> int:
+    """Peak bytes of the temporaries with the kernels run in the given order.
+
+    Graph outputs are buffers of their own; what precomputed kernels make is an argument
+    of the per-call program; a `free` kernel (a bitcast) aliases what it reads."""
+    outputs = set(graph.outputs)
+    buffer: dict[Value, Value] = {}        # value -> the value whose buffer holds it
+    born: dict[Value, int] = {}
+    last: dict[Value, int] = {}            # buffer -> index of its last reading kernel
+    for i, (kernel, pre) in enumerate(zip(kernels, precomputed)):
+        for v in kernel.inputs:
+            last[buffer.get(v, v)] = i
+        for v in kernel.outputs:
+            if kernel.kind == "free" and kernel.inputs:
+                buffer[v] = buffer.get(kernel.inputs[0], kernel.inputs[0])
+            elif not pre and v not in outputs:
+                buffer[v] = v
+                born[v] = i
+    made, freed = [0] * len(kernels), [0] * len(kernels)
+    for b, i in born.items():
+        made[i] += b.type.nbytes
+        freed[max(i, last.get(b, i))] += b.type.nbytes
+    live = peak = 0
+    for i, kernel in enumerate(kernels):
+        live += made[i]
+        # what the kernel materialises inside takes the place of inputs it reads last
+        peak = max(peak, live + max(0, _inner(kernel) - freed[i]))
+        live -= freed[i]
+    return peak
+
+
+def _inner(kernel: Kernel) -> int:
+    """Bytes a kernel materialises inside: the operands of its concatenates (and they
+    are made inside the kernel)."""
+    inside = set(kernel.nodes)
+    return sum(v.type.nbytes for n in kernel.nodes if n.op == "concatenate"
+               for v in n.inputs if v.node in inside)
+
+
+def seconds(graph: Graph, temp: int, fault_per_byte: Callable[[], float]) -> float:
+    """Seconds of page faults per call: the temp buffer and each output past the line
+    (`fault_per_byte` is called only then: calibrating it takes a moment)."""
+    past = sum(b for b in [temp] + [v.type.nbytes for v in graph.outputs] if b > MMAP_LINE)
+    return fault_per_byte() * past if past else 0.0
+
+
+def calibrate(header: dict, cache_dir=None) -> float:
+    """Seconds per byte of faulting in a fresh anonymous mapping (64 MiB, a byte written
+    per page, median of 5), measured once per device and read from the cache after."""
+    cache = Cache("memory", header, cache_dir)
+    if "fault_per_byte" not in cache:
+        size, samples = 64 << 20, []
+        for _ in range(5):
+            with mmap.mmap(-1, size) as region:
+                pages = np.frombuffer(region, np.uint8)
+                start = time.perf_counter()
+                pages[::PAGE] = 1
+                samples.append(time.perf_counter() - start)
+                del pages
+        cache.put("fault_per_byte", statistics.median(samples) / size)
+        cache.flush()
+    return float(cache.get("fault_per_byte"))

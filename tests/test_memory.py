@@ -1,0 +1,84 @@
+"""The per-call memory term of the cost model: the temp-buffer estimate against XLA's own
+buffer assignment, the mmap line, and the calibration. No test asserts a measured speed."""
+import jax
+import jax.numpy as jnp
+import pytest
+
+from hlo_opt import capture, cost
+from hlo_opt.cost import memory, partition
+from hlo_opt.frozen import weight_only
+
+MiB = 1 << 20
+
+
+def _im2col(n: int):
+    """A 3x3 window's nine shifted slices side by side, then a matmul: XLA materialises
+    the nine slices and their concatenation (~2 x 9 x n^2 x 32 floats)."""
+    def f(x, w):
+        cols = jnp.concatenate([x[:, i:i + n, j:j + n, :] for i in range(3) for j in range(3)],
+                               axis=3)
+        return cols.reshape(n * n, 288) @ w
+    return f, (jnp.ones((1, n + 2, n + 2, 32)), jnp.ones((288, 32)))
+
+
+def _estimate(graph):
+    kernels = partition.partition(graph)
+    return memory.temp_bytes(graph, kernels, [False] * len(kernels))
+
+
+@pytest.mark.parametrize("n", [40, 100])
+def test_the_temp_estimate_is_near_xlas_buffer_assignment(n):
+    f, args = _im2col(n)
+    xla = jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes
+    ours = _estimate(capture.capture(f, args).graph)
+    assert 0.8 * xla <= ours <= 1.25 * xla
+
+
+def test_a_temp_past_the_mmap_line_costs_its_faults_and_one_under_it_does_not():
+    model = cost.Analytic()
+    small, big = (capture.capture(*_im2col(n)).graph for n in (80, 147))
+    assert _estimate(small) < memory.MMAP_LINE < _estimate(big)
+    assert model.cost(small).faults == 0.0
+    expect = _estimate(big) * memory.DEFAULT_FAULT
+    assert model.cost(big).faults == pytest.approx(expect)
+    summed = sum(k.seconds for k in model.cost(big).kernels)
+    assert model.cost(big).total == pytest.approx(summed + expect)
+
+
+def test_the_depth_first_order_is_taken_where_program_order_holds_more():
+    """Two branches, each a chain of 16 MiB steps, read by one add at the end: in program
+    order both branches' buffers are live at once (past the line), depth first only one
+    branch's and the other's result."""
+    def f(x, y):
+        a, b = x, y
+        for _ in range(3):
+            a, b = jnp.sin(a) @ jnp.eye(2048)[:, :2048], jnp.cos(b) @ jnp.eye(2048)[:, :2048]
+        return a + b
+    x = jnp.ones((2048, 2048))       # 16 MiB each
+    g = capture.capture(f, (x, x)).graph
+    kernels = partition.partition(g)
+    pre = [False] * len(kernels)
+    in_order = memory._peak(g, kernels, pre)
+    order = memory._depth_first(g, kernels)
+    assert sorted(order) == list(range(len(kernels)))
+    assert memory.temp_bytes(g, kernels, pre) < in_order
+
+
+def test_outputs_and_weights_are_not_temporaries():
+    def f(w, x):
+        return jnp.tanh(x @ (w * 2.0))
+    args = (jnp.ones((64, 64)), jnp.ones((64, 64)))
+    g = capture.capture(f, args).graph
+    kernels = partition.partition(g)
+    live = memory.temp_bytes(g, kernels, [False] * len(kernels))
+    assert live == 64 * 64 * 4 * 2          # w*2 and the dot's result; tanh is the output
+    fixed = weight_only(g, (0,))
+    frozen = [all(v.node in fixed for v in k.inputs) for k in kernels]
+    assert memory.temp_bytes(g, kernels, frozen) == 64 * 64 * 4   # w*2 is an argument now
+
+
+def test_the_fault_rate_is_measured_once_and_cached(tmp_path):
+    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
+    rate = memory.calibrate(header, tmp_path)
+    assert 0 < rate < 1e-6                  # seconds per byte: under 4 ms a page
+    assert memory.calibrate(header, tmp_path) == rate
