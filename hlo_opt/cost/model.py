@@ -1,4 +1,5 @@
-"""Graph cost = the sum of its kernels' costs, each measured (and cached) or estimated.
+"""Graph cost = the sum of its kernels' costs, each measured (and cached) or estimated,
+plus the page faults of its buffers past malloc's mmap line (`memory.py`).
 
 Contract: `CostModel.cost(graph, frozen=...)` returns a `Cost` whose `total` is the
 predicted seconds of one run of the graph on this device, and whose `kernels` say where
@@ -9,9 +10,11 @@ Short programs are timed whole (Collage's move: measure the region, not its part
 Kernels of a few tens of microseconds do not add up: XLA CPU runs independent ones side
 by side and their fixed costs overlap, so NasRNN's eighty 1x512 @ 512x512 dots summed to
 2.4 ms while the program ran in 1.8 ms, and the sum ranked its merge variants wrongly
-(merging each `x@W + h@U` pair: 1.08x predicted, 0.79x measured). Below `WHOLE_BELOW`
-of summed kernels, the per-call program itself is compiled and timed (and cached by its
-digest): one compile per candidate graph, affordable exactly when the program is short.
+(merging each `x@W + h@U` pair: 1.08x predicted, 0.79x measured). A program that runs
+under `WHOLE_BELOW` is compiled and timed itself (and cached by its digest): one compile
+per candidate graph, affordable exactly when the program is short. Whether it does is
+read off its kernels, or, when they sum to a few times that, off one timing of the
+first program of its signature.
 """
 from __future__ import annotations
 
