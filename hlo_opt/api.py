@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import operator
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -82,13 +83,19 @@ class Options:
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options))
 
 
-def _aval_key(leaf) -> tuple:
-    """(shape, dtype, weak_type) of an argument leaf; read off a concrete jax array
-    directly (jax.typeof costs 3 us a leaf, a quarter of a small model's call overhead)."""
-    if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
-        return leaf.shape, leaf.dtype, leaf.weak_type
-    aval = jax.typeof(leaf)
-    return aval.shape, aval.dtype, aval.weak_type
+_AVAL = operator.attrgetter("aval")
+
+
+def _avals(leaves) -> tuple:
+    """The abstract values of the argument leaves, the signature's key. Jax arrays and
+    tracers carry theirs (read in C: 0.8 us for SRU's 14 leaves, where reading shape,
+    dtype and weak type one by one took 7.5 us, and jax.typeof 3 us a leaf); anything
+    else (NumPy arrays, Python scalars) is typed by jax, which gives equal avals for
+    equal types, so an entry is found whichever kind of array the caller passes."""
+    try:
+        return tuple(map(_AVAL, leaves))
+    except AttributeError:
+        return tuple(map(jax.typeof, leaves))
 
 
 def _concrete(leaf) -> bool:
@@ -250,7 +257,7 @@ class Optimized:
         nargs = len(args)
         statics = tuple((i % nargs, args[i]) for i in self._static_nums if -nargs <= i < nargs)
         statics += tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_names))
-        avals = tuple(map(_aval_key, leaves))
+        avals = _avals(leaves)
         return leaves, in_tree, (in_tree, avals, statics)
 
     def _body(self, *args, **kwargs):

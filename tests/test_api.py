@@ -3,6 +3,7 @@ import logging
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import hlo_opt
@@ -90,12 +91,19 @@ def test_one_optimisation_per_signature(monkeypatch):
     ours = hlo_opt.jit(mlp)
     ours(PARAMS, X)
     ours(PARAMS, X + 1)
+    ours(PARAMS, np.asarray(X))             # a NumPy array of the same type: same signature
     assert len(calls) == 1
+    frozen = hlo_opt.jit(mlp, frozen_argnums=(0,))
+    host = {"w": np.full((4, 3), 0.5, np.float32), "b": np.arange(3, dtype=np.float32)}
+    on_device = jax.tree.map(jnp.asarray, host)
+    assert_same(frozen(on_device, X), jax.jit(mlp)(on_device, X))
+    assert_same(frozen(host, np.asarray(X)), jax.jit(mlp)(on_device, X))
+    assert len(calls) == 2 and len(frozen._entries) == 1
     ours(PARAMS, jnp.ones((5, 4)))          # new shape: new signature
     ours(PARAMS, X.astype(jnp.bfloat16))    # new dtype
-    assert len(calls) == 3
+    assert len(calls) == 4
     ours.explain(PARAMS, X)                 # already known: no new optimisation
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_lower_returns_the_optimised_program():
