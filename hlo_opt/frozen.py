@@ -114,7 +114,14 @@ class Runner:
 
     def __init__(self, graph: Graph, frozen: Iterable[int]):
         self.split = split(graph, frozen)
-        self._weights = jax.jit(emit.to_callable(self.split.weights))
+        # A frozen input the per-call program reads as it is, is handed to it as it is:
+        # returned by a jitted function it would be a copy, and the weights would be
+        # held twice (13 of SRU's 14 per-call arguments were such copies).
+        w = self.split.weights
+        position = {n.out(): k for k, n in enumerate(w.inputs)}
+        self._picks = [position.get(v) for v in w.outputs]   # frozen leaf index, or None
+        made = Graph(w.inputs, [v for v in w.outputs if v not in position])
+        self._weights = jax.jit(emit.to_callable(made))
         self._runtime = jax.jit(emit.to_callable(self.split.runtime))
         self._memo: list[tuple[list, Sequence[Any]]] = []
         self.computed = 0          # weight sets computed so far
@@ -124,7 +131,8 @@ class Runner:
         for refs, weights in self._memo:
             if all(r() is leaf for r, leaf in zip(refs, frozen)):
                 return weights
-        weights = self._weights(*frozen)
+        made = iter(self._weights(*frozen))
+        weights = [next(made) if k is None else frozen[k] for k in self._picks]
         self.computed += 1
         if all(isinstance(leaf, jax.Array) for leaf in frozen):
             self._memo = [([weakref.ref(leaf) for leaf in frozen], weights)] + \

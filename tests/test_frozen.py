@@ -78,3 +78,15 @@ def test_equal_weight_values_are_computed_once_and_read_as_one_input():
     s = frozen.split(g, (1, 2))
     assert len(s.weights.outputs) == 1 and len(s.runtime.inputs) == 2
     assert_same(run_split(s, (X, WQ, WK)), emit.run(g, (X, WQ, WK)))
+
+
+def test_a_frozen_input_read_as_it_is_reaches_the_per_call_program_uncopied():
+    def uses_both(x, w, v):             # w read as it is; v only through a concat
+        return jnp.tanh(x @ w) @ jnp.concatenate([v, v], axis=1)
+    g = capture.capture(uses_both, (X, WQ, WK)).graph
+    runner = frozen.Runner(g, (1, 2))
+    program, args = runner.runtime_args([X, WQ, WK])
+    assert sum(a is WQ for a in args) == 1 and not any(a is WK for a in args)
+    assert len(args) == 3                                    # x, w, concat(v, v)
+    assert_same(runner([X, WQ, WK])[0], jax.jit(uses_both)(X, WQ, WK))
+    assert runner.computed == 1
