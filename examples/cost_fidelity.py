@@ -32,7 +32,7 @@ from jax import lax
 import bench
 import models
 import variants as V
-from hlo_opt import capture, cost, emit, frozen
+from hlo_opt import capture, cost, frozen
 from models import layers
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -46,10 +46,9 @@ FLAGS = flags.FLAGS
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
 
 def program(graph, frozen_inputs, args):
-    """(jitted per-call program, its arguments): weight-only work done once, up front."""
-    s = frozen.split(graph, frozen_inputs)
-    weights = jax.jit(emit.to_callable(s.weights))(*[args[i] for i in s.frozen])
-    return jax.jit(emit.to_callable(s.runtime)), [args[i] for i in s.live] + list(weights)
+    """(jitted per-call program, its arguments): weight-only work done once, up front,
+    as `hlo_opt.jit` does it."""
+    return frozen.Runner(graph, frozen_inputs).runtime_args(list(args))
 
 
 def round_robin(programs, rounds: int) -> tuple[list[float], list[list[float]]]:
