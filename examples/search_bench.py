@@ -53,7 +53,11 @@ SCALING_RUNS = 3        # warm searches per point; the median is reported
 
 def priced(model, graph, n_frozen):
     frozen = range(n_frozen)
-    return lambda g: model.cost(g, frozen).total
+
+    def price(g):
+        return model.cost(g, frozen).total
+    price.fixed = frozen
+    return price
 
 
 def one_search(graph, price, algorithm, split, model):
@@ -64,6 +68,7 @@ def one_search(graph, price, algorithm, split, model):
     tracemalloc.start()
     start = time.perf_counter()
     r = search(graph, rules.ALL, price, algorithm=algorithm, time_limit=limit, budget=None,
+               fixed=price.fixed,
                split_threshold=FLAGS.split_threshold if split else None,
                clock=pipeline.search_clock(model, limit))
     wall = time.perf_counter() - start
@@ -116,7 +121,7 @@ def scaling(model) -> list[dict]:
         graph = capture.capture(fn, (params, *inputs)).graph
         price = priced(model, graph, len(jax.tree.leaves(params)))
         kw = dict(algorithm="sampling", split_threshold=SCALING_PART, time_limit=None,
-                  budget=None)
+                  budget=None, fixed=price.fixed)
         search(graph, rules.ALL, price, **kw)                                  # warm the cache
         runs = sorted((search(graph, rules.ALL, price, **kw) for _ in range(SCALING_RUNS)),
                       key=lambda r: r.stats["seconds"])

@@ -153,6 +153,16 @@ def copy_nodes(nodes: Iterable[Node], env: dict[Value, Value], *,
     return clones
 
 
+def rebase(graph: "Graph", inputs: Sequence[Node]) -> "Graph":
+    """`graph` computed from `inputs` instead of its own (one each, in order, of the
+    same types): a graph found for one block of a model, put on another's weights."""
+    if graph.effects:
+        raise GraphError("rebase of a graph with effects")
+    env = {a.out(): b.out() for a, b in zip(graph.inputs, inputs)}
+    copy_nodes([n for n in graph.nodes if n.op != "input"], env)
+    return Graph(inputs, [env[v] for v in graph.outputs])
+
+
 def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
     """`graph` with each value in `subst` replaced by its image; the consumers of a
     replaced value are rebuilt (and theirs, and so on), everything else is shared.

@@ -86,7 +86,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
         kwargs.update(sweep_gain=NOISY_GAIN, search_gain=NOISY_GAIN)
     result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
                     time_limit=limit, split_threshold=options.split_threshold,
-                    clock=search_clock(model, limit), **kwargs)
+                    fixed=frozen, clock=search_clock(model, limit), **kwargs)
     seconds = time.perf_counter() - start
     before = result.stats.get("start_cost")
     if before is not None and result.cost > before * (1 - MIN_GAIN):

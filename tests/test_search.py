@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from hlo_opt import capture, cost, emit, rules
+from hlo_opt import capture, cost, emit, ir, rules
 from hlo_opt.frozen import weight_only
 from hlo_opt.rules.library import concat_split, conv
 from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
@@ -354,3 +354,73 @@ def test_what_the_search_finds_past_the_moves_must_gain_search_gain():
     kept = search(g, rules.ALL, nodes, search_gain=0.10, **kw)
     assert kept.graph is g and kept.applied == [] and kept.cost == 33.0
     assert search(g, rules.ALL, nodes, search_gain=0.05, **kw).cost == 31.0
+
+
+def _layers(count):
+    def f(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w.T)
+        return x
+    args = [_rand(4, 16)] + [_rand(16, 16) for _ in range(count)]
+    return capture.capture(f, args).graph, args
+
+
+def _fold_cost(fixed):
+    """Transposes of fixed inputs are free, others cost 1; a dot reading its right
+    operand transposed costs 0.1 more than a plain one. Folding the transpose into the
+    dot pays for a weight that is not fixed and loses for one that is."""
+    def price(graph):
+        total = 0.0
+        for n in graph.nodes:
+            if n.op == "transpose":
+                src = n.inputs[0].node
+                total += 0.0 if src.op == "input" and src.params["index"] in fixed else 1.0
+            elif n.op == "dot_general":
+                (_, contracting), _ = n.params["dimension_numbers"]
+                total += 0.2 if tuple(contracting) == (0,) else 0.3
+            elif n.op != "input":
+                total += 0.1
+        return total
+    return price
+
+
+def test_a_part_shape_is_its_structure_with_inputs_by_place_type_and_fixedness():
+    g, args = _layers(2)
+    tanhs = [n for n in g.nodes if n.op == "tanh"]
+
+    def layer(i):               # the activation in and layer i's weight, as split.cut
+        before = tanhs[i - 1].out() if i else g.inputs[0].out()   # names them
+        return ir.subgraph([tanhs[i].out()], [before, g.inputs[i + 1].out()],
+                           indices=[-1, i + 1])[0]
+    one, two = layer(0), layer(1)
+    assert one.digest != two.digest                     # each reads its own weight
+    assert splitting.shape(one) == splitting.shape(two)
+    assert splitting.shape(one, fixed={1}) != splitting.shape(two, fixed={1})
+    wide = capture.capture(lambda a, b: jnp.tanh(a @ b.T), (_rand(4, 16), _rand(8, 16))).graph
+    assert splitting.shape(wide) != splitting.shape(one)
+    moved = ir.rebase(one, two.inputs)
+    assert moved.inputs == two.inputs
+    a, w = _rand(4, 16), _rand(16, 16)
+    assert_close(emit.run(moved, [a, w]), emit.run(two, [a, w]), 1e-6)
+
+
+def test_parts_that_pose_the_same_search_are_searched_once():
+    g, args = _layers(16)
+    r = search(g, rules.ALL, _fold_cost(()), split_threshold=6, time_limit=30, budget=None)
+    assert r.stats["shapes"] < r.stats["parts"]
+    assert not any(n.op == "transpose" for n in r.graph.nodes)      # every layer folded
+    assert r.cost == pytest.approx(16 * 0.3 + 16 * 0.1)
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
+
+
+def test_a_part_alike_but_for_its_fixed_inputs_is_searched_for_itself():
+    """Layers on fixed weights keep their transposes (free) and the others fold them:
+    one search's answer put on the other layers would be wrong for half of them."""
+    g, args = _layers(16)
+    fixed = range(1, 9)
+    r = search(g, rules.ALL, _fold_cost(fixed), split_threshold=6, time_limit=30,
+               budget=None, fixed=fixed)
+    left = [n.inputs[0].node.params["index"] for n in r.graph.nodes if n.op == "transpose"]
+    assert sorted(left) == list(fixed)
+    assert r.cost == pytest.approx(8 * 0.2 + 8 * 0.3 + 16 * 0.1)
+    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)

@@ -11,11 +11,12 @@ again until they have at most `threshold` operations.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import networkx as nx
 
-from hlo_opt.ir import Graph, Node, Value, copy_nodes, is_constant, subgraph
+from hlo_opt.ir import Graph, Node, Value, copy_nodes, is_constant, rebase, subgraph
+from hlo_opt.params import Params
 from hlo_opt.rules.lang import Rule
 from hlo_opt.search.core import matches
 
@@ -133,3 +134,12 @@ def stitch(original: Graph, parts: Parts, first: Graph, second: Graph) -> Graph:
     outputs = [made[v] if early else next(rest)
                for v, early in zip(original.outputs, parts.produced_first)]
     return Graph(original.inputs, outputs)
+
+
+def shape(graph: Graph, fixed: Collection[int] = ()) -> str:
+    """The digest of `graph` with each input known by its place, its type and whether
+    its index is in `fixed` (a frozen weight, whose work the cost counts as free), not
+    by the index itself: equal for two parts that pose the same search (two layers of
+    BERT, each reading its own weights; 40 parts of BERT-base were 4 shapes)."""
+    return rebase(graph, [Node("input", (), Params(index=i, fixed=n.params["index"] in fixed),
+                               n.types) for i, n in enumerate(graph.inputs)]).digest
