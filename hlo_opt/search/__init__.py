@@ -191,10 +191,13 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     reasons: list[str] = []
     found: dict[str, tuple[Graph, Result]] = {}    # a part's shape -> (part, its result)
 
-    def shapes(t) -> set[str]:
-        return {splitting.shape(t, fixed)} if isinstance(t, Graph) else shapes(t[2]) | shapes(t[3])
+    def shapes(t) -> dict[Graph, str]:
+        if isinstance(t, Graph):
+            return {t: splitting.shape(t, fixed)}
+        return shapes(t[2]) | shapes(t[3])
 
-    todo = len(shapes(shape))
+    keys = shapes(shape) if not limits.reason() else {}
+    todo = len(set(keys.values()))
 
     def solve(t) -> Graph:
         nonlocal todo
@@ -204,7 +207,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         if limits.reason():
             reasons.append(limits.reason())
             return t
-        key = splitting.shape(t, fixed)
+        key = keys.get(t) or splitting.shape(t, fixed)
         donor, r = found.get(key, (None, None))
         if donor is not None and r.graph.inputs == donor.inputs:
             # A part that poses the search of one searched already (another layer,
