@@ -121,6 +121,7 @@ class Runner:
         position = {n.out(): k for k, n in enumerate(w.inputs)}
         self._picks = [position.get(v) for v in w.outputs]   # frozen leaf index, or None
         made = Graph(w.inputs, [v for v in w.outputs if v not in position])
+        self.precomputes = bool(made.outputs)   # else it is the graph's program as it is
         self._weights = jax.jit(emit.to_callable(made))
         self._runtime = jax.jit(emit.to_callable(self.split.runtime))
         self._memo: list[tuple[list, Sequence[Any]]] = []

@@ -101,6 +101,33 @@ def test_frozen_weights_are_computed_once_per_distinct_value(tmp_path):
     assert ours.weight_computations == 2
 
 
+def test_a_frozen_signature_with_nothing_to_precompute_runs_on_jax_dispatch(tmp_path,
+                                                                           monkeypatch):
+    """With no weight-only work in any signature's graph, the per-call program is the
+    whole graph's: after a signature's first calls jax's own dispatch runs it, with no
+    Python of hlo_opt's per call. A new signature still leaves that path and is
+    optimised with the caller's own arrays."""
+    def layer(w, x):
+        return jnp.tanh(x @ w)
+    ours = hlo_opt.jit(layer, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                       **FAST)
+    examples, signatures = [], []
+    optimize, signature = pipeline.optimize, ours._signature
+    monkeypatch.setattr(pipeline, "optimize",
+                        lambda *a: examples.append(a[-1]) or optimize(*a))
+    monkeypatch.setattr(ours, "_signature", lambda *a: signatures.append(1) or signature(*a))
+    w = W["q"]
+    assert_close(ours(w, X), jax.jit(layer)(w, X), 1e-5)
+    assert_close(ours(w, X + 1), jax.jit(layer)(w, X + 1), 1e-5)    # traced once more
+    before = len(signatures)
+    for k in range(3):
+        assert_close(ours(w, X * k), jax.jit(layer)(w, X * k), 1e-5)
+    assert len(signatures) == before
+    assert_close(ours(w, X[:3]), jax.jit(layer)(w, X[:3]), 1e-5)     # a new signature
+    assert len(ours._entries) == 2 and len(examples) == 2
+    assert all(e is not None for e in examples)      # both optimised on concrete arrays
+
+
 def test_frozen_numpy_weights_changed_in_place_are_never_stale(tmp_path):
     ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
                        **FAST)
