@@ -103,15 +103,15 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     return outcome
 
 
-def search_clock(model, limit: float):
+def search_clock(model, limit: float, extra: float = COLD_EXTRA):
     """The search's clock: wall time less the time spent timing kernels for the first
-    time during this search, up to COLD_EXTRA x the limit. The time limit is about
+    time during this search, up to `extra` x the limit. The time limit is about
     searching (the search issue: 10 s with a warm cost cache); on a cold cache,
     ResNet-50's kernels alone take 5 s to time, and counting that would leave the
     search nothing."""
     if not hasattr(model, "measuring"):
         return time.perf_counter
-    allowance = COLD_EXTRA * limit
+    allowance = extra * limit if extra != float("inf") else extra
     before = model.measuring   # a cost model shared by many searches has timed before this one
     return lambda: time.perf_counter() - min(model.measuring - before, allowance)
 

@@ -53,9 +53,25 @@ def test_forms_run_from_the_most_pieces_to_one():
     _, _, g = _resnext()
     family = groups.families(g, list(rules.ALL))[0]         # 8 groups: 8, 4, 2, 1 pieces
     members = sum(groups.signature(n) == family for n in _convs(g))
-    added = [len(_convs(form)) - len(_convs(g)) for form, _ in
-             groups.forms(g, list(rules.ALL), family)]
+    added = [len(_convs(groups.regroup(g, list(rules.ALL), family, j)[0])) - len(_convs(g))
+             for j in groups.halvings(family)]
     assert members == 2 and added == [2 * 7, 2 * 3, 2 * 1, 0]
+
+
+def test_cheapest_stops_before_making_a_form_past_the_limit(monkeypatch):
+    """A form takes up to a second to make on ResNeXt-50: the limit is read before each
+    is made, not after (the split searches ran 0.7 s past their 10 s)."""
+    _, _, g = _resnext()
+    made, priced = [], []
+    real = groups.regroup
+    monkeypatch.setattr(groups, "regroup", lambda *a: made.append(a[3]) or real(*a))
+
+    def price(graph):
+        priced.append(graph.digest)
+        return _grouped_dear(graph)
+    new, _ = groups.cheapest(g, list(rules.ALL), price, stop=lambda: len(priced) >= 2)
+    assert made == [3]                   # one form made and priced against the original
+    assert _grouped_dear(new) < _grouped_dear(g)
 
 
 def test_depthwise_convs_are_no_family():

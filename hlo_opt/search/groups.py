@@ -24,7 +24,7 @@ taps`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from hlo_opt.ir import Graph, Node
 from hlo_opt.rules.lang import Rule
@@ -66,9 +66,13 @@ def cheapest(graph: Graph, rules: Sequence[Rule], price: Callable[[Graph], float
     applied: list[str] = []
     for family in families(graph, rules):
         best, names = graph, []
-        for form, taken in forms(graph, rules, family):
-            if stop():
+        for j in halvings(family):
+            if stop():           # before the form is made: making one takes up to a second
                 return best, applied + names
+            made = regroup(graph, rules, family, j)
+            if made is None:
+                continue
+            form, taken = made
             if price(form) < price(best):
                 best, names = form, taken
             elif price(form) > price(best) * (1 + SLACK):
@@ -77,18 +81,14 @@ def cheapest(graph: Graph, rules: Sequence[Rule], price: Callable[[Graph], float
     return graph, applied
 
 
-def forms(graph: Graph, rules: Sequence[Rule], family: tuple
-          ) -> Iterator[tuple[Graph, list[str]]]:
-    """(graph, rule names applied) with the family's convs as 2^j dense convs, from
-    the most pieces (up to `MAX_PIECES`, at most one per group) to one."""
+def halvings(family: tuple) -> range:
+    """The halvings j of the family's forms (2^j dense convs), from the most pieces (up
+    to `MAX_PIECES`, at most one per group) to one."""
     groups = family[0]["feature_group_count"]
     most = 0
     while 2 ** (most + 1) <= min(groups, MAX_PIECES) and groups % 2 ** (most + 1) == 0:
         most += 1
-    for j in range(most, -1, -1):
-        form = regroup(graph, rules, family, j)
-        if form is not None:
-            yield form
+    return range(most, -1, -1)
 
 
 def regroup(graph: Graph, rules: Sequence[Rule], family: tuple, halvings: int
