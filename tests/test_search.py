@@ -424,3 +424,31 @@ def test_a_part_alike_but_for_its_fixed_inputs_is_searched_for_itself():
     assert sorted(left) == list(fixed)
     assert r.cost == pytest.approx(8 * 0.2 + 8 * 0.3 + 16 * 0.1)
     assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-4)
+
+
+def test_a_whole_graph_move_that_overran_the_node_cap_is_not_made_again(monkeypatch):
+    """Eight gates merged in the first sweep; splits at all matches overrun a cap of 35
+    nodes then. The second sweep, on a graph as large, does not make them again (NASNet-A
+    spent 1.1 s a sweep making its depthwise convs dense, past the time limit)."""
+    import hlo_opt.search as searching
+    from hlo_opt.search.core import Limits, Priced
+    args = (_rand(2, 8),) + tuple(_rand(8, 4) for _ in range(8))
+    g = capture.capture(_eight_gates, args).graph
+    made, real = [], searching.rewrite
+
+    def spy(graph, rule, at):
+        names, new = real(graph, rule, at)
+        made.append(((rule.name, len(at)), len(graph.nodes), new is not None and len(new.nodes) > 35))
+        return names, new
+    monkeypatch.setattr(searching, "rewrite", spy)
+    def dots(h):
+        return sum(n.op == "dot_general" for n in h.nodes) + 0.001 * len(h.nodes)
+    limits = Limits(None, None)
+    new, applied = searching._everywhere(g, rules.ALL, Priced(dots, limits), limits, 35)
+    assert applied.count("merge-dots-shared-lhs") == 7
+    over = {key: nodes for key, nodes, overran in made if overran}
+    assert over                                      # some move did overrun the cap
+    assert len(made) > len(set(key for key, _, _ in made))     # and a second sweep ran
+    for key, nodes in over.items():
+        assert sum(k == key and n >= nodes for k, n, _ in made) == 1
+    assert_close(emit.run(new, args), emit.run(g, args), 1e-5)

@@ -84,12 +84,19 @@ def _shapes(m: Match) -> tuple:
 def step(graph: Graph, rule: Rule, at: "Match | Everywhere",
          max_nodes: int) -> tuple[list[str], Graph] | None:
     """(rule names applied, new graph) for one move, or None when it is no move."""
+    names, new = rewrite(graph, rule, at)
+    if new is None or len(new.nodes) > max_nodes or new.digest == graph.digest:
+        return None
+    return names, new
+
+
+def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere"
+            ) -> tuple[list[str], Graph | None]:
+    """(rule names applied, the rewritten graph or None), before `step`'s checks."""
     if isinstance(at, Everywhere):
         new, taken = rule.apply_all(graph, at)
     else:
         new, taken = rule.apply(graph, at), 1
-    if new is None or len(new.nodes) > max_nodes or new.digest == graph.digest:
-        return None
     return [rule.name] * taken, new
 
 
