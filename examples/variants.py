@@ -5,6 +5,8 @@ Three families, the moves the search will make (issue: rules) done here by hand:
   transpose is weight-only, so free once weights are frozen);
 - merge: dots that share their left operand become one dot on concatenated weights,
   then slices (TASO's merged matmul; QKV in BERT, the gates of SRU and NasRNN);
+- split dots: the merge backwards, `x @ W` as k dots on column slices of W, concatenated,
+  at a random share of the dots (where dots share operands: BERT, SRU, NasRNN);
 - pair: `x @ a + h @ b` becomes `concat(x, h) @ concat(a; b)` (NasRNN's gate pairs);
 - split: a grouped conv becomes k convs on channel slices, concatenated;
 - rules: the search's own conv moves, by the verified rules: the network relaid out in
@@ -81,6 +83,27 @@ def merge_dots(graph: Graph, dots: Sequence[Node]) -> Graph:
         width = d.inputs[1].type.shape[1]
         subst[d.out()] = _slice(y, last, offset, offset + width)
         offset += width
+    return replace(graph, subst)
+
+
+def plain_dots(graph: Graph) -> list[Node]:
+    """Dots x @ W: W 2-D and contracted on its first axis, no batch dims."""
+    return [n for n in graph.nodes if n.op == "dot_general" and len(n.inputs[1].type.shape) == 2
+            and n.params["dimension_numbers"][0][1] == (0,)
+            and not n.params["dimension_numbers"][1][0]]
+
+
+def split_dots(graph: Graph, dots: Sequence[Node], k: int) -> Graph:
+    """Each `x @ W` of `dots` as k dots on column slices of W, concatenated (the merge
+    read backwards)."""
+    subst = {}
+    for dot in dots:
+        x, w = dot.inputs
+        cols = w.type.shape[1]
+        parts = [make("dot_general", [x, _slice(w, 1, j * cols // k, (j + 1) * cols // k)],
+                      **dict(dot.params.items())).out() for j in range(k)]
+        last = len(dot.out().type.shape) - 1
+        subst[dot.out()] = make("concatenate", parts, dimension=last).out()
     return replace(graph, subst)
 
 
@@ -237,6 +260,11 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
             for _ in range(max(1, round(rng.choice((0.25, 0.5, 1.0)) * len(pairs)))):
                 g = merge_pair(g, rng.choice(dot_pairs(g)))
             add(f"pair-{len(pairs) - len(dot_pairs(g))}", g)
+        if groups and rng.random() < 0.5:     # the merge family backwards
+            k, share = rng.choice((2, 4, 8)), rng.choice((0.25, 0.5, 1.0))
+            dots = [d for d in plain_dots(graph) if d.inputs[1].type.shape[1] % k == 0]
+            picked = rng.sample(dots, max(1, round(share * len(dots)))) if dots else []
+            add(f"split-{share:.0%}-of-dots-in-{k}", split_dots(graph, picked, k))
         if not convs and not groups and not pairs and not movable:
             break
     return list(out.values())[:count]

@@ -64,6 +64,20 @@ def test_merge_pair_concatenates_both_operands():
 
 
 @pytest.mark.parametrize("k", [2, 4])
+def test_split_dots_in_column_pieces(k):
+    def f(x, a, b, c):            # b reads a's dot: both split at once
+        return jnp.tanh(x @ a) @ b + x @ c
+    args = (_rand(3, 8), _rand(8, 16), _rand(16, 8), _rand(8, 8))
+    g = capture.capture(f, args).graph
+    assert len(V.plain_dots(g)) == 3
+    v = V.split_dots(g, V.plain_dots(g)[:2], k)
+    dots = [n for n in v.nodes if n.op == "dot_general"]
+    assert len(dots) == 2 * k + 1
+    assert sum(n.op == "concatenate" for n in v.nodes) == 2
+    _same_function(g, v, args)
+
+
+@pytest.mark.parametrize("k", [2, 4])
 def test_split_grouped_conv(k):
     def f(x, w):
         return lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=4,
@@ -76,7 +90,7 @@ def test_split_grouped_conv(k):
     _same_function(g, v, args)
 
 
-@pytest.mark.parametrize("name, family", [("resnext50", "split"), ("nasrnn", "pair"),
+@pytest.mark.parametrize("name, family", [("resnext50", "split"), ("nasrnn", "pair"), ("bert", "split-"),
                                           ("sru", "narrow"), ("squeezenet", "rules:nhwc+")])
 def test_zoo_variants_are_distinct_and_equivalent(name, family):
     fn, params, inputs = models.build(name, small=True)
