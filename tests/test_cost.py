@@ -4,6 +4,7 @@ import json
 import logging
 import multiprocessing
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -215,6 +216,29 @@ def test_measured_kernels_are_timed_once_and_cached(tmp_path):
     assert first.measured == 2 and all(k.seconds > 0 for k in c1.kernels)
     again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
     assert again.cost(g).total == c1.total and again.measured == 0
+
+
+def test_writing_the_cache_counts_as_timing(tmp_path, monkeypatch):
+    """The search's clock leaves out `measuring`: a flush of a large cache file after
+    each new timing, left on the clock, made a cold search stop far short of a warm
+    one. Here the disk is made slow (1.5 s a write, more than the timing takes) and the flush must be counted."""
+    g = graph_of(lambda x, w, b: jax.nn.relu(x @ w + b), X, W, B)
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    real, writes = model.cache.flush, []
+
+    def slow_flush():
+        if model.cache._dirty:
+            writes.append(1)
+            time.sleep(1.5)
+        real()
+    monkeypatch.setattr(model.cache, "flush", slow_flush)
+    start = time.perf_counter()
+    model.cost(g)
+    took = time.perf_counter() - start
+    assert writes and model.measuring >= 1.5 * len(writes)
+    assert model.measuring <= took
+    model.cost(g)                                # warm: nothing timed, nothing written
+    assert len(writes) == 1
 
 
 def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
