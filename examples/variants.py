@@ -63,15 +63,18 @@ def to_nhwc(graph: Graph, convs: Sequence[Node]) -> Graph:
 
 # -- merge ---------------------------------------------------------------------------------
 
+def plain_dots(graph: Graph) -> list[Node]:
+    """Dots x @ W: W 2-D and contracted on its first axis, no batch dims."""
+    return [n for n in graph.nodes if n.op == "dot_general" and len(n.inputs[1].type.shape) == 2
+            and n.params["dimension_numbers"][0][1] == (0,)
+            and not n.params["dimension_numbers"][1][0]]
+
+
 def dot_groups(graph: Graph) -> list[list[Node]]:
     """Dots x @ W_i (W 2-D, no batch dims) sharing x and their params, in groups of >= 2."""
     groups: dict[tuple, list[Node]] = {}
-    for n in graph.nodes:
-        if n.op != "dot_general" or len(n.inputs[1].type.shape) != 2:
-            continue
-        (lc, rc), (lb, rb) = n.params["dimension_numbers"]
-        if rc == (0,) and not lb and not rb:
-            groups.setdefault((n.inputs[0], n.params.key), []).append(n)
+    for n in plain_dots(graph):
+        groups.setdefault((n.inputs[0], n.params.key), []).append(n)
     return [g for g in groups.values() if len(g) > 1]
 
 
@@ -84,13 +87,6 @@ def merge_dots(graph: Graph, dots: Sequence[Node]) -> Graph:
         subst[d.out()] = _slice(y, last, offset, offset + width)
         offset += width
     return replace(graph, subst)
-
-
-def plain_dots(graph: Graph) -> list[Node]:
-    """Dots x @ W: W 2-D and contracted on its first axis, no batch dims."""
-    return [n for n in graph.nodes if n.op == "dot_general" and len(n.inputs[1].type.shape) == 2
-            and n.params["dimension_numbers"][0][1] == (0,)
-            and not n.params["dimension_numbers"][1][0]]
 
 
 def split_dots(graph: Graph, dots: Sequence[Node], k: int) -> Graph:

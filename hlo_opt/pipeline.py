@@ -111,7 +111,7 @@ def search_clock(model, limit: float, extra: float = COLD_EXTRA):
     search nothing."""
     if not hasattr(model, "measuring"):
         return time.perf_counter
-    allowance = extra * limit if extra != float("inf") else extra
+    allowance = extra * limit if limit else 0.0
     before = model.measuring   # a cost model shared by many searches has timed before this one
     return lambda: time.perf_counter() - min(model.measuring - before, allowance)
 

@@ -39,7 +39,7 @@ from hlo_opt.search import groups, layout, merges, narrow
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result,
-                                 everywhere, rewrite)
+                                 everywhere, is_move, rewrite)
 from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
@@ -170,9 +170,8 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
                     if new is not None and len(new.nodes) > max_nodes:
                         overgrown[key] = len(graph.nodes)
                         continue
-                    if new is None or new.digest == graph.digest:
-                        continue
-                    if priced(new) < priced(graph) * (1 - gain):
+                    if is_move(graph, new, max_nodes) and \
+                            priced(new) < priced(graph) * (1 - gain):
                         graph, applied = new, applied + names
                         improved = again = True
                         break          # the rule's matches changed: match it again

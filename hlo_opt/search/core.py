@@ -85,9 +85,12 @@ def step(graph: Graph, rule: Rule, at: "Match | Everywhere",
          max_nodes: int) -> tuple[list[str], Graph] | None:
     """(rule names applied, new graph) for one move, or None when it is no move."""
     names, new = rewrite(graph, rule, at)
-    if new is None or len(new.nodes) > max_nodes or new.digest == graph.digest:
-        return None
-    return names, new
+    return (names, new) if is_move(graph, new, max_nodes) else None
+
+
+def is_move(graph: Graph, new: Graph | None, max_nodes: int) -> bool:
+    """Whether a rewrite of `graph` is a move: made, within the node cap, and changed."""
+    return new is not None and len(new.nodes) <= max_nodes and new.digest != graph.digest
 
 
 def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere"
