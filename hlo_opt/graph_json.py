@@ -5,8 +5,9 @@ the optimised graph shares with the original (the same digest: same op, params, 
 and inputs) are written as references and taken from the original when read back, so
 the params jax put there (nested jaxprs, callables) never need a text form. The nodes
 the rewrites made carry plain params: numbers, strings, tuples, dtypes, jax's enums and
-named tuples (dimension numbers), small arrays. A value of any other kind makes the
-graph unwritable (`Unwritable`), and it is simply not cached. Reading back checks the
+named tuples (dimension numbers), small arrays, and the primitive of an opaque node,
+by name (read back as the original's primitive of that name: a rewrite moves an opaque
+node, it never makes one). A value of any other kind makes the graph unwritable (`Unwritable`), and it is simply not cached. Reading back checks the
 rebuilt graph's digest against the one written: a mismatch (another jax version laid
 out a named tuple differently, a hand-edited file) reads as no entry.
 """
@@ -19,6 +20,8 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+
+from jax.extend import core as jcore
 
 from hlo_opt.ir import Graph, Node, TensorType
 from hlo_opt.params import Params
@@ -63,12 +66,17 @@ def encode_value(value: Any) -> Any:
                 "fields": {f: encode_value(getattr(value, f)) for f in value._fields}}
     if isinstance(value, (tuple, list)):
         return {type(value).__name__: [encode_value(v) for v in value]}
+    if isinstance(value, jcore.Primitive):
+        return {"primitive": value.name}
     raise Unwritable(f"no JSON form for a param of type {type(value).__qualname__}")
 
 
-def decode_value(data: Any) -> Any:
+def decode_value(data: Any, primitives: dict[str, jcore.Primitive] | None = None) -> Any:
+    """`primitives`: the original graph's opaque primitives by name."""
     if not isinstance(data, dict):
         return data
+    if "primitive" in data:
+        return (primitives or {})[data["primitive"]]
     if "dtype" in data and "array" not in data:
         return jnp.dtype(data["dtype"])
     if "enum" in data:
@@ -77,12 +85,12 @@ def decode_value(data: Any) -> Any:
         raw = base64.b64decode(data["array"])
         return np.frombuffer(raw, jnp.dtype(data["dtype"])).reshape(data["shape"]).copy()
     if "namedtuple" in data:
-        return _class(data["namedtuple"])(**{k: decode_value(v)
+        return _class(data["namedtuple"])(**{k: decode_value(v, primitives)
                                              for k, v in data["fields"].items()})
     if "tuple" in data:
-        return tuple(decode_value(v) for v in data["tuple"])
+        return tuple(decode_value(v, primitives) for v in data["tuple"])
     if "list" in data:
-        return [decode_value(v) for v in data["list"]]
+        return [decode_value(v, primitives) for v in data["list"]]
     raise ValueError(f"unknown encoded value {sorted(data)}")
 
 
@@ -111,6 +119,8 @@ def encode(graph: Graph, original: Graph) -> dict:
 def decode(data: dict, original: Graph) -> Graph | None:
     """The graph `encode` wrote, or None if it cannot be rebuilt exactly."""
     by_digest = {n.digest: n for n in original.nodes}
+    primitives = {n.params["primitive"].name: n.params["primitive"]
+                  for n in original.nodes if n.op == "opaque"}
     try:
         nodes: list[Node] = []
         for row in data["nodes"]:
@@ -118,7 +128,8 @@ def decode(data: dict, original: Graph) -> Graph | None:
                 nodes.append(by_digest[row["same"]])
                 continue
             nodes.append(Node(row["op"], [nodes[i].out(k) for i, k in row["inputs"]],
-                              Params({k: decode_value(v) for k, v in row["params"].items()}),
+                              Params({k: decode_value(v, primitives)
+                                      for k, v in row["params"].items()}),
                               [TensorType(tuple(s), jnp.dtype(d), bool(w))
                                for s, d, w in row["types"]],
                               [nodes[i] for i in row["deps"]]))

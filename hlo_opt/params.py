@@ -52,6 +52,8 @@ def canonical(value: Any) -> str:
         return f"closed[{canonical(value.jaxpr)};{canonical(tuple(value.consts))}]"
     if isinstance(value, jcore.Jaxpr):
         return "jaxpr[" + _jaxpr_text(value) + "]"
+    if isinstance(value, jcore.Primitive):
+        return _primitive_text(value)
     if hasattr(value, "__dataclass_fields__"):
         inner = ",".join(f"{f}={canonical(getattr(value, f))}" for f in value.__dataclass_fields__)
         return f"{type(value).__name__}({inner})"
@@ -59,6 +61,17 @@ def canonical(value: Any) -> str:
         return f"obj:{type(value).__module__}.{type(value).__qualname__}#{hash(value):x}"
     except TypeError:
         return f"obj:{type(value).__module__}.{type(value).__qualname__}@{id(value):x}"
+
+
+_PRIMITIVES: dict[str, jcore.Primitive] = {}   # name -> the first primitive of that name
+
+
+def _primitive_text(prim: jcore.Primitive) -> str:
+    """A primitive by its name, which is stable across processes (an opaque node holds
+    one: the on-disk cache of optimised graphs must find it again), unless another
+    primitive of that name came first in this process: then by the object too."""
+    first = _PRIMITIVES.setdefault(prim.name, prim)
+    return f"primitive:{prim.name}" if first is prim else f"primitive:{prim.name}@{id(prim):x}"
 
 
 def _jaxpr_text(jaxpr) -> str:

@@ -171,8 +171,8 @@ def test_a_second_process_reuses_the_optimised_graph(tmp_path):
         roofline.put("peak_flops", analytic.DEFAULT.peak_flops)
         roofline.put("bandwidth", analytic.DEFAULT.bandwidth)
         roofline.flush()
-        def qkv(w, x):
-            return jnp.tanh(x @ w["q"]), x @ w["k"], x @ w["v"]
+        def qkv(w, x):     # cumsum: a primitive hlo_opt holds opaque, by the object
+            return jnp.tanh(x @ w["q"]), jnp.cumsum(x @ w["k"], axis=0), x @ w["v"]
         W = {k: jax.random.normal(jax.random.key(i), (64, 64)) for i, k in enumerate("qkv")}
         X = jax.random.normal(jax.random.key(9), (8, 64))
         f = hlo_opt.jit(qkv, frozen_argnums=(0,), cost="analytic", time_limit=3.0,
