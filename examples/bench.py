@@ -37,6 +37,7 @@ import hlo_opt
 import models
 from hlo_opt.check import agreement, difference, full_precision, tolerance
 from hlo_opt.cost.measure import per_call
+from hlo_opt.cost.model import cpu_model
 
 flags.DEFINE_integer("batch", 1, "Batch size.")
 flags.DEFINE_enum("layout", "NCHW", ["NCHW", "NHWC"], "Layout of the CNNs (others ignore it).")
@@ -60,22 +61,11 @@ def environment() -> dict:
     device = jax.devices()[0]
     return {"platform": device.platform, "device_kind": device.device_kind,
             "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "machine": platform.machine(), "python": platform.python_version(),
             "jax": jax.__version__, "hlo_opt": getattr(hlo_opt, "__version__", "dev"),
             "enzyme_ad": _version("enzyme-ad"),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-
-
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def _version(dist: str) -> str | None:

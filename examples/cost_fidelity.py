@@ -41,6 +41,9 @@ flags.DEFINE_integer("rounds", 9, "Round-robin timing rounds (a sign test needs 
 flags.DEFINE_bool("cases", True, "Also run the sign cases.")
 flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
+flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: none, a "
+                    "fresh directory: the run's own timings, not entries older runs wrote "
+                    "under other loads).")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
@@ -288,11 +291,7 @@ def markdown(records, cases, env) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    bench.quiet_logs()
-    model = cost.Measured()
+def run(model: cost.CostModel) -> None:
     records = []
     for name in FLAGS.models:
         logging.warning("cost fidelity: %s", name)
@@ -305,6 +304,14 @@ def main(argv):
     payload = {"environment": env, "models": records, "sign_cases": cases}
     bench.write_report("cost_fidelity", payload, markdown(records, cases, env), FLAGS.out,
                        FLAGS.readme)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.quiet_logs()
+    with tempfile.TemporaryDirectory() as fresh:
+        run(cost.Measured(FLAGS.cache_dir or fresh))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from jax import lax
 
 from hlo_opt import capture, cost, emit
 from hlo_opt.cost import analytic, partition as part
+from hlo_opt.cost import model as cost_model
 from hlo_opt.cost.cache import Cache
 from hlo_opt.frozen import weight_only
 from helpers import assert_close
@@ -128,6 +129,22 @@ def test_a_jax_version_change_does_not_reuse_entries(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="hlo_opt"):
         assert len(Cache("t", new_header, tmp_path)) == 0
     assert "written for something else" in caplog.text
+
+
+def test_kernel_timings_of_another_host_cpu_are_not_reused(tmp_path, monkeypatch):
+    """jax calls every CPU "cpu": the processor is in the header, so a cache directory
+    carried to another host (this project's VM moved from AMD to Intel) starts afresh."""
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("a CPU's header; an accelerator has its own device kind")
+    here = cost_model.device_header()
+    first = Cache("kernels", here, tmp_path)
+    first.put("k", 1.0)
+    first.flush()
+    monkeypatch.setattr(cost_model, "cpu_model", lambda: "Another Processor")
+    there = cost_model.device_header()
+    assert there != here and there["device"] == here["device"]
+    assert Cache("kernels", there, tmp_path).get("k") is None
+    assert Cache("kernels", here, tmp_path).get("k") == 1.0
 
 
 def _writer(directory, worker, count):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import platform
 import time
 from collections.abc import Iterable, Sequence
 
@@ -55,8 +57,27 @@ class Cost:
 
 
 def device_header() -> dict:
+    """What a timing is valid for. On a CPU jax names the device "cpu" whatever the
+    processor, so the host's processor and core count are part of it: a cache directory
+    that outlives its machine (a home directory, a VM moved to another host, as this
+    project's was from an AMD to an Intel host) must not price kernels by another's."""
     device = jax.devices()[0]
-    return {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__}
+    header = {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__}
+    if device.platform == "cpu":
+        header["host"] = f"{cpu_model()} x{os.cpu_count()}"
+    return header
+
+
+def cpu_model() -> str | None:
+    """The host processor's name (Linux's /proc/cpuinfo, else `platform.processor`)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 class CostModel:
