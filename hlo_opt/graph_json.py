@@ -7,9 +7,10 @@ the params jax put there (nested jaxprs, callables) never need a text form. The 
 the rewrites made carry plain params: numbers, strings, tuples, dtypes, jax's enums and
 named tuples (dimension numbers), small arrays, and the primitive of an opaque node,
 by name (read back as the original's primitive of that name: a rewrite moves an opaque
-node, it never makes one). A value of any other kind makes the graph unwritable (`Unwritable`), and it is simply not cached. Reading back checks the
-rebuilt graph's digest against the one written: a mismatch (another jax version laid
-out a named tuple differently, a hand-edited file) reads as no entry.
+node, it never makes one). A value of any other kind makes the graph unwritable
+(`Unwritable`), and it is simply not cached. Reading back checks the rebuilt graph's
+digest against the one written: a mismatch (another jax version laid out a named tuple
+differently, a hand-edited file) reads as no entry.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-
 from jax.extend import core as jcore
 
 from hlo_opt.ir import Graph, Node, TensorType

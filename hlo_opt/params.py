@@ -24,9 +24,10 @@ def canonical(value: Any) -> str:
     """A text that is equal for equal params and (within a process) differs otherwise.
 
     Values with a meaningful structure (numbers, tuples, dtypes, enums, named tuples,
-    arrays, jaxprs) get a process-stable text.  Opaque objects (callables, wrapped
-    functions) get their type and Python hash: stable within one process, so two
-    captures of the same function agree, and a different object never compares equal.
+    arrays, jaxprs, primitives by name) get a process-stable text.  Opaque objects
+    (callables, wrapped functions) get their type and Python hash: stable within one
+    process, so two captures of the same function agree, and a different object never
+    compares equal.
     """
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
