@@ -83,13 +83,19 @@ def full_precision(fn: Callable, *args):
         return jax.device_get(fn(*args))
 
 
+def differs(original: Callable, args: Sequence, want: Sequence, got: Sequence) -> str | None:
+    """Why `got` is not `want` (`original(*args)`), or None: within the tolerance, or, the
+    original being inexact itself (reduced-precision matmuls), as near a full-precision
+    run of it as `want` is."""
+    why = difference(want, got)
+    return why and difference(want, got, full_precision(original, *args))
+
+
 def compare(original: Callable, optimized: Callable, args_list: Sequence[Sequence]) -> str | None:
     """Run both programs on each list of arguments; the first difference found, or None."""
     for k, args in enumerate(args_list):
         want, got = jax.device_get(original(*args)), jax.device_get(optimized(*args))
-        why = difference(want, got)
-        if why:   # the original may be inexact itself: reduced-precision matmuls
-            why = difference(want, got, full_precision(original, *args))
+        why = differs(original, args, want, got)
         if why:
             return f"on random inputs #{k}: {why}"
     return None
