@@ -393,3 +393,41 @@ def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch
     ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99, warm=warm)
     assert calls.count("ref") == 1 + rounds      # the warm-up call, then one per round
     assert ref == 1.0 and ratio == pytest.approx(median)
+
+
+@pytest.mark.parametrize("speeds, calls", [
+    ([1.0] * 20, 10),                   # awake: through in `WAKE_CALLS` calls
+    ([2.3] * 5 + [1.1] * 20, 11),       # waking: until most of the last ten run fast
+    ([2.3] * 2000, None)])              # never back: until the limit
+def test_warm_up_runs_the_reference_until_it_is_back_at_its_best_speed(monkeypatch, speeds,
+                                                                        calls):
+    """The clock is a script: the reference's best is 1 ms, learned by the process's
+    first wake (which always runs `FIRST_WAKE` seconds); then each call takes `speeds`
+    ms in turn."""
+    from hlo_opt.cost import measure
+    now, taken = [0.0], []
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return now[0]
+
+    def per_call(fn, args, number, script=iter([1e-3] * 10**6)):
+        seconds = next(script)
+        now[0] += seconds
+        taken.append(seconds)
+        return seconds
+    monkeypatch.setattr(measure, "time", Clock)
+    monkeypatch.setattr(measure, "per_call", per_call)
+    monkeypatch.setattr(measure, "_best_reference", None)
+    measure.warm_up()
+    assert now[0] >= measure.FIRST_WAKE and measure._best_reference == 1e-3
+    script = iter(s * 1e-3 for s in speeds)
+    monkeypatch.setattr(measure, "per_call", lambda fn, args, n: per_call(fn, args, n, script))
+    taken.clear()
+    start = now[0]
+    measure.warm_up(limit=0.25)
+    if calls is None:
+        assert 0.25 <= now[0] - start < 0.25 + 3e-3
+    else:
+        assert len(taken) == calls
