@@ -121,3 +121,64 @@ def test_the_search_splits_grouped_convs_when_the_price_says_so():
     assert "grouped-conv-to-dense" in r.applied
     assert not any(n.params["feature_group_count"] > 1 for n in _convs(r.graph))
     assert_close(emit.run(r.graph, jax.tree.leaves(args)), [jax.jit(fn)(*args)], 1e-5)
+
+
+# -- dots: a family of like dots as 2^j dots on column slices of the weight -----------------
+
+def _projections():
+    """Two projections of a sequence by 256x256 weights (one family), a 256x2 classifier
+    (too narrow to split into pieces of `MIN_COLUMNS`)."""
+    def fn(x, a, b, c):
+        h = jnp.tanh(x @ a) * jax.nn.sigmoid(x @ b)
+        return h[:, -1] @ c
+    args = (_rand(1, 8, 256), _rand(256, 256), _rand(256, 256), _rand(256, 2))
+    return fn, args, capture.capture(fn, args).graph
+
+
+def _dots(graph):
+    return [n for n in graph.nodes if n.op == "dot_general"]
+
+
+@pytest.mark.parametrize("halvings", [1, 2])
+def test_a_family_of_dots_becomes_2_to_the_j_pieces(halvings):
+    fn, args, g = _projections()
+    [family] = groups.families(g, list(rules.ALL), groups.DOTS)
+    assert list(groups.halvings(family, groups.DOTS)) == [1, 2]    # 128 and 64 columns
+    new, applied = groups.regroup(g, list(rules.ALL), family, halvings, groups.DOTS)
+    pieces = 2 ** halvings
+    assert applied.count("dot-halve-columns") == 2 * (pieces - 1)
+    assert len(_dots(new)) == 1 + 2 * pieces
+    # each piece reads one slice of its weight, not a chain
+    cut = [n for n in _dots(new) if n.inputs[1].type.shape == (256, 256 // pieces)]
+    assert len(cut) == 2 * pieces and all(n.inputs[1].node.op == "slice" and
+                                          n.inputs[1].node.inputs[0].node.op == "input"
+                                          for n in cut)
+    assert_close(emit.run(new, list(args)), [jax.jit(fn)(*args)], 1e-5)
+
+
+def test_dots_are_priced_from_the_fewest_pieces_up():
+    _, _, g = _projections()
+    priced = []
+
+    def nodes(graph):                    # more nodes cost more: no form pays
+        priced.append(graph)
+        return float(len(graph.nodes))
+    new, applied = groups.cheapest(g, list(rules.ALL), nodes)
+    assert new is g and applied == []
+    two = groups.regroup(g, list(rules.ALL), groups.families(g, list(rules.ALL), groups.DOTS)[0],
+                         1, groups.DOTS)[0]
+    assert {h.digest for h in priced} == {g.digest, two.digest}   # 4 pieces never made
+
+
+def test_the_search_splits_dots_when_the_price_says_so():
+    fn, args, g = _projections()
+
+    def wide_dear(graph):                # the more columns, the dearer a column
+        return sum({256: 10.0, 128: 3.0}.get(n.inputs[1].type.shape[-1], 1.0)
+                   for n in _dots(graph)) + 1e-3 * len(graph.nodes)
+    r = search(g, rules.ALL, wide_dear, algorithm="greedy", split_threshold=5,
+               time_limit=None, budget=200)
+    assert r.applied.count("dot-halve-columns") == 2 * 3
+    assert not any(n.inputs[1].type.shape[-1] > 64 for n in _dots(r.graph)
+                   if n.inputs[1].type.shape[-1] != 2)
+    assert_close(emit.run(r.graph, list(args)), [jax.jit(fn)(*args)], 1e-5)

@@ -9,6 +9,7 @@ import itertools
 import jax.numpy as jnp
 from jax import lax
 
+from hlo_opt.rules.library import concat_split as CS
 from hlo_opt.rules.library import conv as C
 from hlo_opt.rules.library import layout as L
 from hlo_opt.rules.library import slices as SL
@@ -146,6 +147,9 @@ CONCAT = [
           lambda n: (lambda x, a, b: _conv(x, _cat2(a, b, 0), n),
                      [(1, 2, 3, 3), (1, 2, 2, 2), (n % 2 + 1, 2, 2, 2)]),
           guards=[Guard("ungrouped-oihw", _conv_kernel_ok)]),
+    # A definition (a dot is its two column halves side by side): the rule's own
+    # statement, on small tensors.
+    *[axiom(r.name, r.src, r.tgt, r.example, guards=r.guards) for r in CS.SPLIT],
 ]
 
 

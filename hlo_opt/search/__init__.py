@@ -13,8 +13,10 @@ decision for every repeated block, which the parts, searched apart, would each h
 find); the parts are searched one by one, stitched, and a short greedy pass over the
 whole graph then takes the rewrites that span the cuts. Before that sweep, every group
 of dots sharing an operand merged at once (`merges.merge_all`) is priced as one
-candidate, then each family of like grouped convs split into dense pieces
-(`groups.cheapest`). Parts alike in shape and in which of their inputs are in `fixed`
+candidate, then each family of like grouped convs split into dense pieces, and each
+family of like dots into pieces on column slices of the weight (`groups.cheapest`; the
+dots also in graphs too small to split, and their halving rule is then left out of the
+rules matched one at a time). Parts alike in shape and in which of their inputs are in `fixed`
 (the indices of inputs whose work the cost counts as free: frozen weights) are searched
 once, the others taking that search's result: BERT-base's 40 parts were 4 shapes.
 With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout`: every
@@ -109,6 +111,10 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
 
     splittable = split_threshold and operations(graph) > split_threshold and not graph.effects
     if not splittable:
+        # (the grouped convs' rules are moves of their own in a graph this small)
+        graph, names = groups.cheapest(graph, rules, priced, limits.reason, (groups.DOTS,))
+        prefix += names
+        rules = groups.after(rules)
         result = run(graph, algorithm)
     else:
         merged = merges.merge_all(graph, rules, max_nodes) if not limits.reason() else None
@@ -116,6 +122,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
             graph, prefix = merged[0], prefix + merged[1]
         graph, names = groups.cheapest(graph, rules, priced, limits.reason)
         prefix += names
+        rules = groups.after(rules)
         whole_nodes = int(WHOLE_GROWTH * max(len(original.nodes), len(graph.nodes))) + 1
         graph, names = _everywhere(graph, rules, priced, limits, whole_nodes, sweep_gain)
         prefix += names
