@@ -33,7 +33,7 @@ from jax import lax
 import bench
 import models
 from hlo_opt import capture, cost, pipeline, rules
-from hlo_opt.search import groups, operations, search
+from hlo_opt.search import matched_alone, operations, search
 from hlo_opt.search.core import exhaustive
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -47,7 +47,7 @@ flags.DEFINE_bool("readme", False, "Rewrite the README's search_bench section.")
 FLAGS = flags.FLAGS
 TIME_LIMIT = 10.0       # seconds per search unless --time_limit (bench.py's flag) says
 
-MOVES = [r for r in groups.after(rules.ALL) if r.family != "algebra"]   # see exactness()
+MOVES = [r for r in matched_alone(rules.ALL) if r.family != "algebra"]   # see exactness()
 GROWTH = 1.6            # node cap of enumeration and search alike, so the space is finite
 SCALING_PART = 40       # split threshold of the scaling series
 SCALING_RUNS = 3        # warm searches per point; the median is reported

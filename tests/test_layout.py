@@ -159,3 +159,49 @@ def test_a_worse_relaid_graph_within_alpha_is_searched_on_but_not_by_greedy(algo
     else:
         assert "conv1x1-as-dot" in r.applied and r.cost < r.stats["start_cost"]
     assert_close(emit.run(r.graph, CHAIN_ARGS), emit.run(g, CHAIN_ARGS), 1e-5)
+
+
+# -- frozen matmul weights read N x K ---------------------------------------------------------
+
+def _mlp(x, w1, w2, h):
+    """Two frozen weights (w1, w2) and a dot on an argument that is not frozen (h)."""
+    return jnp.tanh(jnp.tanh(x @ w1) @ w2) @ h
+
+
+MLP_ARGS = (_rand(1, 4, 16), _rand(16, 32), _rand(32, 16), _rand(16, 8))
+MLP_FROZEN = (1, 2)
+
+
+def _dot_weights(graph):
+    return [n.inputs[1].node.op for n in graph.nodes if n.op == "dot_general"]
+
+
+def test_weights_nk_moves_every_frozen_weight_and_no_other():
+    g = capture.capture(_mlp, MLP_ARGS).graph
+    new, applied = layout.weights_nk(g, rules.ALL, MLP_FROZEN)
+    assert applied == [layout.NK] * 2
+    assert _dot_weights(g) == ["input"] * 3
+    assert _dot_weights(new) == ["transpose", "transpose", "input"]
+    assert all(n.params["dimension_numbers"][0][1] == (1,) for n in new.nodes
+               if n.op == "dot_general" and n.inputs[1].node.op == "transpose")
+    assert_close(emit.run(new, list(MLP_ARGS)), [jax.jit(_mlp)(*MLP_ARGS)], 1e-5)
+    assert layout.weights_nk(g, rules.ALL, ()) is None
+
+
+@pytest.mark.parametrize("dearer, taken", [(1.0, True), (1.01, True), (1.05, False)])
+def test_the_search_takes_weights_nk_unless_priced_dearer_than_the_tie(dearer, taken):
+    """The move's gain is inside the kernel timings' drift: taken, at the end, unless
+    priced more than `TIE` dearer; the search itself never takes it at one dot."""
+    g = capture.capture(_mlp, MLP_ARGS).graph
+
+    def price(h):     # a node costs 1, a transpose nothing, an N x K dot `dearer`
+        nk = sum(n.op == "dot_general" and n.params["dimension_numbers"][0][1] == (1,)
+                 for n in h.nodes)
+        return float(len(h.nodes)) + 2.0 * nk * (dearer - 1.0) - sum(
+            n.op == "transpose" for n in h.nodes)
+    r = search(g, rules.ALL, price, algorithm="greedy", time_limit=None, budget=200,
+               fixed=MLP_FROZEN)
+    assert (r.applied.count(layout.NK) == 2) == taken
+    assert r.applied.count(layout.NK) in (0, 2) and "dot-fold-rhs-transpose" not in r.applied
+    assert r.stats["tie"] == taken
+    assert_close(emit.run(r.graph, list(MLP_ARGS)), [jax.jit(_mlp)(*MLP_ARGS)], 1e-5)

@@ -234,3 +234,21 @@ def test_the_search_clock_leaves_out_only_this_searchs_first_timings(monkeypatch
     assert clock() - start == 3.0
     model.measuring += 100.0
     assert clock() - start == 8.0 - pipeline.COLD_EXTRA * 10.0
+
+
+def _mlp(w, x):
+    return jnp.tanh(x @ w["q"]) @ w["k"]
+
+
+@pytest.mark.parametrize("measure_final", [False, True])
+def test_a_tie_move_alone_is_left_to_measure_final(tmp_path, monkeypatch, measure_final):
+    """Frozen weights read N x K price as a tie under the roofline: without measure_final
+    the predicted gain is under MIN_GAIN and the original is kept; with it, the two
+    programs are timed (here a timing that says the moved one is 1.5x faster)."""
+    monkeypatch.setattr(pipeline.measure, "paired", lambda *a, **k: (1 / 1.5, 1e-3))
+    ours = hlo_opt.jit(_mlp, frozen_argnums=(0,), cache_dir=tmp_path, rules=_rules(
+        "dot-weight-to-nk"), measure_final=measure_final, **FAST)
+    report = ours.explain(W, X)
+    assert report.applied == ({"dot-weight-to-nk": 2} if measure_final else {})
+    assert not report.fell_back
+    assert_close(ours(W, X), jax.jit(_mlp)(W, X), 1e-5)

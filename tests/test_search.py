@@ -13,7 +13,7 @@ from hlo_opt import capture, cost, emit, ir, rules
 from hlo_opt.frozen import weight_only
 from hlo_opt.rules.library import concat_split, conv
 from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
-from hlo_opt.search import groups, merges
+from hlo_opt.search import matched_alone, merges
 from hlo_opt.search import split as splitting
 from hlo_opt.search.core import exhaustive, matches, moves
 from helpers import assert_close
@@ -227,7 +227,7 @@ def test_unknown_algorithm_is_refused():
 # The optimum on graphs small enough to enumerate. Commutation and association do not
 # change any cost and multiply the space, so these enumerate the other rules, and both
 # the enumeration and the search stay within 1.6x the original node count.
-MOVES = [r for r in groups.after(rules.ALL) if r.family != "algebra"]  # as searched
+MOVES = [r for r in matched_alone(rules.ALL) if r.family != "algebra"]  # as searched
 GROWTH = 1.6
 
 

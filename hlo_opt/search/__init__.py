@@ -23,7 +23,9 @@ With `layouts`, the search starts from the whole graph in NHWC (`layout.relayout
 conv converted and the transposes cancelled, by the rules) when that costs less than
 alpha times the original (greedy: less than the original); then from the graph with its
 slices moved toward the inputs (`narrow.narrow`), and with per-step work over stacked
-steps done once on the stack (`narrow.vectorize`), each when that is cheaper. With
+steps done once on the stack (`narrow.vectorize`), each when that is cheaper. At the end,
+every frozen matmul weight is read N x K (`layout.weights_nk`) unless that is priced
+more than 2% dearer (its gain is inside the kernel timings' drift). With
 `search_gain`, what the search finds past those moves must gain that fraction over
 their graph together, or their graph is the result (`hlo_opt.jit` asks 10% of programs
 it times whole, whose timings carry a few percent of noise).
@@ -52,7 +54,19 @@ WHOLE_GAIN = 0.005          # a whole-graph move must gain this much (`sweep_gai
                             # cost read off one noisy timing needs more (pipeline.py)
 WHOLE_FAMILIES = ("conv", "concat_split", "fusion", "algebra")
 
-__all__ = ["search", "operations", "Result", "ALGORITHMS", "SATURATED", "BUDGET", "TIME_LIMIT"]
+__all__ = ["search", "operations", "matched_alone", "Result", "ALGORITHMS", "SATURATED",
+           "BUDGET", "TIME_LIMIT"]
+MOVE_ONLY = (groups.DOTS.halve, layout.NK)   # rules only the moves apply (see `matched_alone`)
+
+
+def matched_alone(rules: Sequence[Rule]) -> list[Rule]:
+    """The rules the search matches one match at a time: not `dot-halve-columns` (one
+    dot of a family halved alone rarely pays where all do, and matched at every dot and
+    every piece it multiplied the search: the enumeration of a three-dot test graph
+    passed 5,000 graphs) nor `dot-weight-to-nk` (priced as a tie, taken on noise, and
+    its dots no longer match the merge rules): the regrouping move and the finishing
+    move apply them."""
+    return [r for r in rules if r.name not in MOVE_ONLY]
 
 
 def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], **kwargs) -> Result:
@@ -76,7 +90,8 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
            clock: Callable[[], float] = time.perf_counter) -> Result:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; one of {ALGORITHMS}")
-    rules = list(rules)
+    every = list(rules)
+    rules = [r for r in every if r.name != layout.NK]     # a finishing move only
     limits = Limits(budget, time_limit, clock)
     priced = Priced(cost, limits)
     start_cost = priced(graph)
@@ -114,7 +129,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         # (the grouped convs' rules are moves of their own in a graph this small)
         graph, names = groups.cheapest(graph, rules, priced, limits.reason, (groups.DOTS,))
         prefix += names
-        rules = groups.after(rules)
+        rules = matched_alone(rules)
         result = run(graph, algorithm)
     else:
         merged = merges.merge_all(graph, rules, max_nodes) if not limits.reason() else None
@@ -122,7 +137,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
             graph, prefix = merged[0], prefix + merged[1]
         graph, names = groups.cheapest(graph, rules, priced, limits.reason)
         prefix += names
-        rules = groups.after(rules)
+        rules = matched_alone(rules)
         whole_nodes = int(WHOLE_GROWTH * max(len(original.nodes), len(graph.nodes))) + 1
         graph, names = _everywhere(graph, rules, priced, limits, whole_nodes, sweep_gain)
         prefix += names
@@ -136,14 +151,31 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         # and the program ran slower than the moves' graph (1.11-1.20x against
         # 1.10-1.26x over jax.jit, interleaved).
         result = Result(graph, priced(graph), prefix, result.stop_reason, result.stats)
-    if result.cost > start_cost:     # parts searched apart can lose in the whole: never worse
+    result, tie = _weights_nk(result, every, fixed, priced)
+    # Parts searched apart can lose in the whole: never worse (than the tie move's
+    # allowance, when it was taken).
+    if result.cost > start_cost * (1 + layout.TIE if tie else 1.0):
         result = Result(original, start_cost, [], result.stop_reason, result.stats)
+    result.stats.update(tie=tie and bool(result.applied))
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
                         costed=limits.costed, algorithm=algorithm,
                         relaid=None if relaid is None else priced(relaid[0]))
     if show:
         sys.stderr.write("\n")
     return result
+
+
+def _weights_nk(result: Result, rules, fixed, priced) -> tuple[Result, bool]:
+    """The result with `layout.weights_nk` taken, unless that is priced more than
+    `layout.TIE` dearer; and whether it was. A finishing move, after the search: its
+    dots no longer match the merge rules, which read K x N weights, and the search
+    would fold the transposes back on a tie (`dot-fold-rhs-transpose` undid 9 of BERT's
+    48 when the move came before it)."""
+    found = layout.weights_nk(result.graph, rules, fixed)
+    if found is None or priced(found[0]) > result.cost * (1 + layout.TIE):
+        return result, False
+    return Result(found[0], priced(found[0]), result.applied + found[1], result.stop_reason,
+                  result.stats), True
 
 
 def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAIN

@@ -81,14 +81,6 @@ DOTS = Kind("dot_general", "dot-halve-columns", None, lambda f: f[1][1].shape[-1
 KINDS = (GROUPED, DOTS)
 
 
-def after(rules: Sequence[Rule]) -> list[Rule]:
-    """The rules worth matching one at a time once the move was tried: not
-    `dot-halve-columns`. Halving one dot of a family alone rarely pays where all of
-    them do, and matched at every dot and every piece it multiplies the search: the
-    enumeration of a three-dot test graph went past 5,000 graphs with it."""
-    return [r for r in rules if r.name != DOTS.halve]
-
-
 def signature(node: Node) -> tuple:
     """What makes two convs (or dots) one family: their params and the types they read
     and write."""

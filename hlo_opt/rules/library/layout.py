@@ -248,7 +248,30 @@ _tw = dot(x, t(w, (1, 0)))
 _dt = t(dot(x, w), (1, 0))
 _contract_first = Pat("dot_general", x, w, dimension_numbers=(((0,), (0,)), ((), ())))
 
+_kn = Pat("dot_general", x, w)
+
+
+def _kn_weight(m) -> bool:
+    """w is 2-D, contracted on its first axis (K x N), no batch axes."""
+    (_, rc), (lb, _) = m.params(_kn)["dimension_numbers"]
+    return len(m.shape(w)) == 2 and tuple(rc) == (0,) and not lb
+
+
+def _on_nk(m):
+    (lc, _), _ = m.params(_kn)["dimension_numbers"]
+    return ((tuple(lc), (1,)), ((), ()))
+
+
 DOT = [
+    # XLA's CPU backend reads an N x K weight faster than a K x N one: BERT's 64x1024 @
+    # 1024x1024 dot 0.605 -> 0.562 ms, @ 1024x4096 2.352 -> 2.072 ms (2-core VM,
+    # interleaved, median of 9). The transpose of a frozen weight is computed once.
+    Rule("dot-weight-to-nk", "layout", _kn,
+         Pat("dot_general", x, t(w, (1, 0)), like=_kn, dimension_numbers=Fn(_on_nk)),
+         guards=[Guard("kn-weight", _kn_weight)],
+         identity="x @ w -> dot(x, t(w)) on t(w)'s second axis: free once w is frozen",
+         example=lambda n: (lambda x, w: jnp.tanh(x @ w),
+                            [((2, 3), (1, 2, 3))[n % 2], (3, n + 1)])),
     Rule("dot-fold-lhs-transpose", "layout", _dl,
          Pat("dot_general", x, w, like=_dl, dimension_numbers=Fn(fold(_dl, 0))),
          guards=[foldable(_dl, 0)], identity="dot(t(x), w) -> dot_general(x, w) (dims renamed)",
