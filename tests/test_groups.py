@@ -100,14 +100,21 @@ def test_cheapest_takes_each_family_to_its_cheapest_form():
     assert_close(emit.run(new, jax.tree.leaves(args)), [jax.jit(fn)(*args)], 1e-5)
 
 
-def test_a_family_stops_pricing_at_the_first_form_well_above_the_best():
-    _, _, g = _resnext()
+def _priced_by_nodes(g):
+    """`cheapest` under a price where more nodes cost more (no form pays): (graph,
+    rules applied, the graphs priced)."""
     priced = []
 
-    def nodes(graph):                    # more nodes cost more: no form pays
+    def nodes(graph):
         priced.append(graph)
         return float(len(graph.nodes))
     new, applied = groups.cheapest(g, list(rules.ALL), nodes)
+    return new, applied, priced
+
+
+def test_a_family_stops_pricing_at_the_first_form_well_above_the_best():
+    _, _, g = _resnext()
+    new, applied, priced = _priced_by_nodes(g)
     assert new is g and applied == []
     # per family: the graph and its first form (8 pieces), then the next family
     families = len(groups.families(g, list(rules.ALL)))
@@ -158,12 +165,7 @@ def test_a_family_of_dots_becomes_2_to_the_j_pieces(halvings):
 
 def test_dots_are_priced_from_the_fewest_pieces_up():
     _, _, g = _projections()
-    priced = []
-
-    def nodes(graph):                    # more nodes cost more: no form pays
-        priced.append(graph)
-        return float(len(graph.nodes))
-    new, applied = groups.cheapest(g, list(rules.ALL), nodes)
+    new, applied, priced = _priced_by_nodes(g)
     assert new is g and applied == []
     two = groups.regroup(g, list(rules.ALL), groups.families(g, list(rules.ALL), groups.DOTS)[0],
                          1, groups.DOTS)[0]
