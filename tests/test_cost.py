@@ -431,3 +431,30 @@ def test_warm_up_runs_the_reference_until_it_is_back_at_its_best_speed(monkeypat
         assert 0.25 <= now[0] - start < 0.25 + 3e-3
     else:
         assert len(taken) == calls
+
+
+def test_every_program_compiled_for_a_timing_is_released_but_the_reference(monkeypatch, tmp_path):
+    """A timed program's executable outlives the function in jax's caches (and holds
+    memory mappings: search_bench crashed at the kernel's limit); each is released when
+    its timing is done, except the signature's reference, kept for the next candidate."""
+    from hlo_opt.cost import measure
+    made, released = [], []
+    compiled, release = measure.compiled, measure.release
+
+    def recording(graph, seed=0):
+        fn, args = compiled(graph, seed)
+        made.append(fn)
+        return fn, args
+    monkeypatch.setattr(measure, "compiled", recording)
+    monkeypatch.setattr(measure, "release", lambda fn: released.append(fn) or release(fn))
+    monkeypatch.setattr(measure, "ratio", lambda *a, **k: 1.0)     # no need to time it
+    a = graph_of(lambda x, w: jnp.tanh(x @ w), X, W)
+    b = graph_of(lambda x, w: jnp.tanh(x @ (w * 1.0)), X, W)
+    measure.time_graphs([a, b], repeats=1, min_sample=1e-4)
+    measure.time_whole(a, repeats=1, min_sample=1e-4)
+    model = cost.Measured(tmp_path, repeats=1, min_sample=1e-4)
+    model.cost(a)                  # the first of its signature: timed whole, the reference
+    model.cost(b)                  # timed against the reference, compiled for it
+    kept = [fn for fn in made if fn not in released]
+    assert len(made) >= 5 and len(kept) == 1
+    assert model._references[cost_model._signature(a, ())][1][0] is kept[0]

@@ -143,7 +143,11 @@ def replicas(graph: Graph) -> int:
 
 
 def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int) -> float:
-    return time_callable(*compiled(graph, seed), repeats=repeats, min_sample=min_sample)
+    fn, args = compiled(graph, seed)
+    try:
+        return time_callable(fn, args, repeats=repeats, min_sample=min_sample)
+    finally:
+        release(fn)
 
 
 def time_graph(graph: Graph, *, repeats: int = 5, min_sample: float = 2e-3,
@@ -209,6 +213,9 @@ def _time_batch(graphs: Sequence[Graph], repeats: int, min_sample: float,
                        time_callable(*r, repeats=repeats, min_sample=min_sample))
         except Exception as err:  # noqa: BLE001
             out.append(err)
+    for r in ready:
+        if not isinstance(r, Exception):
+            release(r[0])
     return out
 
 
@@ -267,6 +274,15 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
 def compiled(graph: Graph, seed: int = 0) -> tuple[Callable, list]:
     """`graph` jitted, and random arguments for it."""
     return jax.jit(emit.to_callable(graph)), random_args([n.types[0] for n in graph.inputs], seed)
+
+
+def release(fn: Callable) -> None:
+    """Drop a timed program's executable from jax's caches. A jitted function's
+    executable outlives the function in jax's global cache, and each of XLA CPU's holds
+    memory mappings: a NasRNN search timing candidates whole went from 516 to 7,452
+    mappings in 15 s, and search_bench's runs crashed at the kernel's limit of 65,530
+    ("LLVM compilation error: Cannot allocate memory", then a segfault)."""
+    fn.clear_cache()
 
 
 def time_whole(graph: Graph, *, repeats: int = 5, min_sample: float = 10e-3,

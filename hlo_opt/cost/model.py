@@ -314,8 +314,12 @@ class Measured(CostModel):
                 if ref[1] is None:
                     ref[1] = measure.compiled(split(*ref[0]).runtime)
                 overhead = measure.dispatch_overhead()
-                ratio = measure.ratio(*measure.compiled(program), *ref[1],
-                                      rounds=self.WHOLE_ROUNDS, min_sample=self.WHOLE_SAMPLE)
+                fn, args = measure.compiled(program)
+                try:
+                    ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
+                                          min_sample=self.WHOLE_SAMPLE)
+                finally:
+                    measure.release(fn)
                 seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
         except Exception as err:  # noqa: BLE001 - the kernel sum still stands
             logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
