@@ -59,13 +59,13 @@ MIN_COLUMNS = 64    # a dot's pieces keep at least this many columns each
 class Kind:
     """What splits into pieces: `halve` splits one in two, `finish` (if any) is then
     applied to every piece; `extent(signature)` is what is divided (groups, columns) and
-    `least` the smallest piece; `most_first`: price the most pieces first."""
+    `least` the smallest piece. A kind with a finish is priced from the most pieces
+    down (none: one finished piece), one without from two pieces up."""
     op: str
     halve: str
     finish: str | None
     extent: Callable[[tuple], int]
     least: int
-    most_first: bool
     member: Callable[[Node], bool]
 
 
@@ -74,10 +74,10 @@ def _depthwise(node: Node) -> bool:
     return node.inputs[1].type.shape[dn.rhs_spec[1]] == 1
 
 
-GROUPED = Kind(CONV, HALVE, DENSE, lambda f: f[0]["feature_group_count"], 1, True,
+GROUPED = Kind(CONV, HALVE, DENSE, lambda f: f[0]["feature_group_count"], 1,
                lambda n: n.params["feature_group_count"] > 1 and not _depthwise(n))
 DOTS = Kind("dot_general", "dot-halve-columns", None, lambda f: f[1][1].shape[-1],
-            MIN_COLUMNS, False, lambda n: True)
+            MIN_COLUMNS, lambda n: True)
 KINDS = (GROUPED, DOTS)
 
 
@@ -142,7 +142,7 @@ def halvings(family: tuple, kind: Kind = GROUPED) -> range:
         most += 1
     if kind.finish is None:                 # no halving leaves a dot as it was
         return range(1, most + 1)
-    return range(most, -1, -1) if kind.most_first else range(0, most + 1)
+    return range(most, -1, -1)
 
 
 def regroup(graph: Graph, rules: Sequence[Rule], family: tuple, halvings: int,

@@ -28,6 +28,13 @@ def dot(x, w, **params) -> Pat:
     return Pat("dot_general", x, w, dimension_numbers=PLAIN)
 
 
+def kn_weight(m, dot_pat, w) -> bool:
+    """At `dot_pat` (a dot_general reading `w`): w is 2-D and contracted on its first
+    axis (K x N, its columns the output's last axis), no batch axes."""
+    (_, rc), (lb, _) = m.params(dot_pat)["dimension_numbers"]
+    return len(m.shape(w)) == 2 and tuple(rc) == (0,) and not lb
+
+
 def guard(name: str, test) -> Guard:
     return Guard(name, test)
 

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from hlo_opt.rules.lang import Fn, Guard, Pat, Rule, RuleSet, Sym, tensors
-from hlo_opt.rules.library.common import (adjacent_halves, binary, concat, dot, rank,
-                                          same_params, slice_along, slice_covers, split2,
-                                          unary)
+from hlo_opt.rules.library.common import (adjacent_halves, binary, concat, dot, kn_weight,
+                                          rank, same_params, slice_along, slice_covers,
+                                          split2, unary)
 
 x, y, z, a, b, c, d, h, w = tensors("x y z a b c d h w")
 ax = Sym("ax")
@@ -91,10 +91,8 @@ def _columns(m) -> int:
 
 
 def _halvable(m) -> bool:
-    """w is 2-D, contracted on its first axis (its columns are the output's last
-    axis), no batch axes, an even number of columns."""
-    (_, rc), (lb, _) = m.params(_wd)["dimension_numbers"]
-    return len(m.shape(w)) == 2 and tuple(rc) == (0,) and not lb and _columns(m) % 2 == 0
+    """A K x N weight (`kn_weight`) with an even number of columns."""
+    return kn_weight(m, _wd, w) and _columns(m) % 2 == 0
 
 
 SPLIT = [
@@ -108,6 +106,7 @@ SPLIT = [
          example=lambda n: (lambda x, w: jnp.tanh(x @ w),
                             [((2, 3), (1, 2, 3))[n % 2], (3, 2 * n + 2)])),
 ]
+
 
 def _two_convs(x, a, b):
     conv = lambda k: lax.conv_general_dilated(x, k, (1, 1), "SAME")     # noqa: E731

@@ -10,7 +10,7 @@ from jax import lax
 from jax.lax import ConvDimensionNumbers
 
 from hlo_opt.rules.lang import Fn, Guard, OpVar, Pat, Rule, RuleSet, Sym, tensors
-from hlo_opt.rules.library.common import PLAIN, binary, concat, dot, rank, unary
+from hlo_opt.rules.library.common import PLAIN, binary, concat, dot, kn_weight, rank, unary
 
 x, y, w = tensors("x y w")
 perm, ax = Sym("perm"), Sym("ax")
@@ -251,12 +251,6 @@ _contract_first = Pat("dot_general", x, w, dimension_numbers=(((0,), (0,)), ((),
 _kn = Pat("dot_general", x, w)
 
 
-def _kn_weight(m) -> bool:
-    """w is 2-D, contracted on its first axis (K x N), no batch axes."""
-    (_, rc), (lb, _) = m.params(_kn)["dimension_numbers"]
-    return len(m.shape(w)) == 2 and tuple(rc) == (0,) and not lb
-
-
 def _on_nk(m):
     (lc, _), _ = m.params(_kn)["dimension_numbers"]
     return ((tuple(lc), (1,)), ((), ()))
@@ -268,7 +262,7 @@ DOT = [
     # interleaved, median of 9). The transpose of a frozen weight is computed once.
     Rule("dot-weight-to-nk", "layout", _kn,
          Pat("dot_general", x, t(w, (1, 0)), like=_kn, dimension_numbers=Fn(_on_nk)),
-         guards=[Guard("kn-weight", _kn_weight)],
+         guards=[Guard("kn-weight", lambda m: kn_weight(m, _kn, w))],
          identity="x @ w -> dot(x, t(w)) on t(w)'s second axis: free once w is frozen",
          example=lambda n: (lambda x, w: jnp.tanh(x @ w),
                             [((2, 3), (1, 2, 3))[n % 2], (3, n + 1)])),
