@@ -75,6 +75,25 @@ def test_kernels_stay_convex():
     assert kernel_of["exp"] != kernel_of["add"]
 
 
+def test_no_two_kernels_feed_each_other_through_a_third():
+    """`exp` with `exp + dot2`, and `tanh(dot1)` with `sin` (by their sum), are each
+    convex; fused so, the first feeds dot1 -> the second -> dot2 -> the first. (A BERT
+    part's candidate made such kernels, and the partition raised a CycleError.)"""
+    def f(x, y, w, w2):
+        a1 = jnp.exp(x)
+        b1 = jnp.tanh(a1 @ w)
+        b2 = jnp.sin(y)
+        return a1 + b2 @ w2, b1 + b2
+    g = graph_of(f, X, X, jnp.ones((8, 8)), jnp.ones((8, 8)))
+    kernels = part.partition(g)
+    made = {n.out() for n in g.nodes if n.op in ("input", "const")}
+    for k in kernels:                # producers first: every input made before
+        assert all(v in made for v in k.inputs), [n.op for n in k.nodes]
+        made.update(v for n in k.nodes for v in n.outputs)
+    kernel_of = {n.op: i for i, k in enumerate(kernels) for n in k.nodes}
+    assert kernel_of["exp"] != kernel_of["tanh"] or kernel_of["sin"] != kernel_of["tanh"]
+
+
 @pytest.mark.parametrize("name", ["resnet50", "bert", "nasrnn", "sru", "inception_v3"])
 def test_isolated_kernels_compose_to_the_whole_program(name):
     import models

@@ -17,7 +17,9 @@ out near the whole program's time (the fidelity benchmark checks how near):
    activation) into the GEMM/conv, so there a contraction's elementwise consumers join it.
 4. **Opaque ops** are kernels of their own. Sources (`input`, `const`) are in no kernel.
 5. Kernels stay convex: two groups are merged only if no path leaves the merged set and
-   comes back (that would be a cycle between kernels, which XLA refuses too).
+   comes back (that would be a cycle between kernels, which XLA refuses too), counting
+   paths that pass through another kernel: a kernel is one unit, so a path into it at
+   one node and out of it at another, independent one is a path through it.
 6. A kernel of only `reshape` / `squeeze` is a bitcast in row-major memory: it moves no
    data and is marked `free`.
 """
@@ -62,10 +64,12 @@ class _Groups:
     def __init__(self, graph: Graph):
         self.bit = {node: 1 << i for i, node in enumerate(graph.nodes)}
         self.ancestors: dict[Node, int] = {}
+        self.children: dict[Node, list[Node]] = {node: [] for node in graph.nodes}
         for node in graph.nodes:
             acc = 0
             for parent in node.parents():
                 acc |= self.ancestors[parent] | self.bit[parent]
+                self.children[parent].append(node)
             self.ancestors[node] = acc
         self.members: dict[int, list[Node]] = {}
         self.mask: dict[int, int] = {}
@@ -80,10 +84,30 @@ class _Groups:
         self.of[node] = gid
         return gid
 
-    def convex(self, nodes: Iterable[Node], mask: int) -> bool:
-        """No parent outside `mask` of a node inside it descends from a node inside it."""
-        return not any(self.ancestors[p] & mask
-                       for n in nodes for p in n.parents() if not self.bit[p] & mask)
+    def convex(self, nodes: list[Node], mask: int) -> bool:
+        """No path leaves `mask` and comes back. First on nodes (no parent outside of a
+        node inside descends from a node inside: ancestor bitsets), then through the
+        other groups, each one unit: `exp(x)` and `exp(x) + sin(y) @ w2` fused, and
+        `tanh(exp(x) @ w)` and `sin(y)` fused (by their sum), are each convex, and the
+        two kernels feed each other through the dots."""
+        if any(self.ancestors[p] & mask
+               for n in nodes for p in n.parents() if not self.bit[p] & mask):
+            return False
+        seen: set[int] = set()
+        todo = [self.of[c] for n in nodes for c in self.children[n]
+                if not self.bit[c] & mask and c in self.of]
+        while todo:           # the groups downstream of the set (nodes not grouped yet
+            gid = todo.pop()  # come later in graph order: none leads back into it)
+            if gid in seen:
+                continue
+            seen.add(gid)
+            for n in self.members[gid]:
+                for c in self.children[n]:
+                    if self.bit[c] & mask:
+                        return False
+                    if c in self.of and self.of[c] not in seen:
+                        todo.append(self.of[c])
+        return True
 
     def try_merge(self, gid: int, other: int) -> bool:
         """Move group `other` into `gid` if the union stays convex; the union's kind is
