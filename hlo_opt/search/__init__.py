@@ -93,6 +93,8 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     every = list(rules)
     rules = [r for r in every if r.name != layout.NK]     # a finishing move only
     limits = Limits(budget, time_limit, clock)
+    # The finishing move is priced after the search: its time is held back from it.
+    limits.held = int(layout.finishes(graph, every, fixed))
     priced = Priced(cost, limits)
     start_cost = priced(graph)
     show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
@@ -284,7 +286,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     if priced(stitched) > priced(graph):      # parts' gains can be the whole's losses
         stitched = graph                      # (a fusion across the cut undone)
     across = Limits(STITCH_BUDGET, limits.remaining(), limits.clock)
-    across.step = limits.step
+    across.step, across.held = limits.step, limits.held
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes)
     limits.costed += across.costed

@@ -121,14 +121,16 @@ class Limits:
         self.start = clock()
         self.costed = 0
         self.step = 0.0          # a candidate's recent cost to make and price (decaying max)
+        self.held = 0            # candidates' time held back for work after the search
 
     def reason(self) -> str | None:
         """Why to stop now, if so. The time limit counts the next candidate as already
-        spent: on a graph of a thousand nodes one candidate can take a second or more,
-        and starting it late would overrun the limit by that much."""
+        spent, and `held` more: on a graph of a thousand nodes one candidate can take a
+        second or more, and starting it late would overrun the limit by that much."""
         if self.budget is not None and self.costed >= self.budget:
             return BUDGET
-        if self.time_limit is not None and self.elapsed() + self.step >= self.time_limit:
+        if self.time_limit is not None and \
+                self.elapsed() + (1 + self.held) * self.step >= self.time_limit:
             return TIME_LIMIT
         return None
 

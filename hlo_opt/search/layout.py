@@ -64,13 +64,25 @@ def weights_nk(graph: Graph, rules: Sequence[Rule], fixed) -> tuple[Graph, list[
     """(graph with every matmul whose 2-D weight is computed from the `fixed` inputs
     alone reading it N x K, rule names applied), or None when there is none (or `rules`
     lack `dot-weight-to-nk`)."""
-    rule = next((r for r in rules if r.name == NK), None)
-    if rule is None or not fixed:
+    rule, found = _frozen_kn(graph, rules, fixed)
+    if not found:
         return None
-    frozen = weight_only(graph, fixed)
-    found = [m for m in rule.matches(graph) if m.roots[0].node.inputs[1].node in frozen]
     new, taken = rule.apply_all(graph, found)
     return (new, [NK] * taken) if taken else None
+
+
+def finishes(graph: Graph, rules: Sequence[Rule], fixed) -> bool:
+    """Whether `weights_nk` has matmuls to turn in `graph`: the search then holds back
+    the time to price that move."""
+    return bool(_frozen_kn(graph, rules, fixed)[1])
+
+
+def _frozen_kn(graph, rules, fixed) -> tuple[Rule | None, list]:
+    rule = next((r for r in rules if r.name == NK), None)
+    if rule is None or not fixed:
+        return rule, []
+    frozen = weight_only(graph, fixed)
+    return rule, [m for m in rule.matches(graph) if m.roots[0].node.inputs[1].node in frozen]
 
 
 def saturate(graph: Graph, rules: Sequence[Rule], max_steps: int | None = None,
