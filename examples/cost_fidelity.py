@@ -56,9 +56,12 @@ def program(graph, frozen_inputs, args):
 
 def round_robin(programs, rounds: int) -> tuple[list[float], list[list[float]]]:
     """Median seconds per call of each (fn, args), timed interleaved as the benchmarks
-    do, and each one's per-round speed-up over the first."""
+    do, each sample after one untimed call (`settle`: the cost model prices a program
+    run again and again, as a user runs it, not one whose arrays 23 others evicted),
+    and each one's per-round speed-up over the first."""
     timing = bench.interleaved({i: functools.partial(fn, *args)
-                                for i, (fn, args) in enumerate(programs)}, (), rounds)
+                                for i, (fn, args) in enumerate(programs)}, (), rounds,
+                               settle=True)
     ratios = [[1.0] * rounds] + [timing["speedup"][i]["ratios"] for i in range(1, len(programs))]
     return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios
 
