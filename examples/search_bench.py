@@ -272,15 +272,14 @@ def markdown(rows, series, exact, env) -> str:
                      f"{r['peak_mib']:.0f} | {r['stop']} |")
     if series:
         lines += ["", f"Scaling series: the sampling search with the split, over "
-                  f"{series[0].get('seeds', 1)} seeds, warm; the median seed's seconds, "
+                  f"{series[0]['seeds']} seeds, warm; the median seed's seconds, "
                   f"the least and most, the mean per operation.", "",
                   "| scaling series | blocks | nodes | operations | seconds (median) "
                   "| least - most | ms per operation (mean) | graphs costed (median) |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {s['series']} | {s['blocks']} | {s['nodes']} | {s['ops']} | "
-                  f"{s['seconds']:.2f} | {s.get('least', s['seconds']):.2f} - "
-                  f"{s.get('most', s['seconds']):.2f} | "
-                  f"{1e3 * s.get('mean', s['seconds']) / s['ops']:.1f} | "
+                  f"{s['seconds']:.2f} | {s['least']:.2f} - {s['most']:.2f} | "
+                  f"{1e3 * s['mean'] / s['ops']:.1f} | "
                   f"{s['costed']:.0f} |" for s in series]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
