@@ -112,7 +112,7 @@ def fidelity(name: str, model: cost.CostModel) -> dict:
     frozen_inputs = range(len(jax.tree.leaves(params)))
     graph = capture.capture(fn, (params, *inputs)).graph
     cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs)
-    found = V.variants(graph, FLAGS.variants)
+    found = V.variants(graph, FLAGS.variants, fixed=frozen_inputs)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
     measured, ratios = round_robin([program(g, frozen_inputs, args) for _, g in found],
                                    FLAGS.rounds)

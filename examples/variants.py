@@ -7,6 +7,9 @@ Three families, the moves the search will make (issue: rules) done here by hand:
   then slices (TASO's merged matmul; QKV in BERT, the gates of SRU and NasRNN);
 - split dots: the merge backwards, `x @ W` as k dots on column slices of W, concatenated,
   at a random share of the dots (where dots share operands: BERT, SRU, NasRNN);
+- weights N x K: the search's finishing move (`search.layout.weights_nk`), a frozen
+  matmul weight read N x K, at a random share of the dots of the original or of a merge
+  or split variant (BERT's search takes it at all 48 of its dots);
 - pair: `x @ a + h @ b` becomes `concat(x, h) @ concat(a; b)` (NasRNN's gate pairs);
 - split: a grouped conv becomes k convs on channel slices, concatenated;
 - rules: the search's own conv moves, by the verified rules: the network relaid out in
@@ -136,6 +139,16 @@ def merge_pair(graph: Graph, add: Node) -> Graph:
 
 # -- split ---------------------------------------------------------------------------------
 
+def weights_nk(graph: Graph, fixed: Sequence[int], rng: random.Random) -> tuple[str, Graph]:
+    """`dot-weight-to-nk` at a random share (a quarter or more) of its frozen matches."""
+    rule, found = layout.frozen_kn(graph, ALL, fixed)
+    if not found:
+        return "", graph
+    share = rng.choice(SHARES[2:]) if len(found) > 1 else 1.0
+    new, _ = rule.apply_all(graph, rng.sample(found, max(1, round(share * len(found)))))
+    return f"nk-{share:.0%}", new
+
+
 def grouped_convs(graph: Graph) -> list[Node]:
     return [n for n in nchw_convs(graph) if n.params["feature_group_count"] > 1]
 
@@ -193,11 +206,43 @@ def sequence_moves(graph: Graph) -> list[tuple[str, Graph]]:
     return out
 
 
+def _merged(graph: Graph, rng: random.Random) -> tuple[str, Graph]:
+    """Dot groups merged: a random share of the groups, random members of each."""
+    groups, sizes = dot_groups(graph), []
+    for _ in range(max(1, round(rng.choice((0.25, 0.5, 0.75, 1.0)) * len(groups)))):
+        current = dot_groups(graph)
+        if not current:
+            break
+        group = rng.choice(current)
+        size = rng.choice([n for n in (2, 3, 4, 8) if n <= len(group)] + [len(group)])
+        graph = merge_dots(graph, sorted(rng.sample(group, size), key=group.index))
+        sizes.append(size)
+    return f"merge-{len(sizes)}-groups-of-{max(sizes)}", graph
+
+
+def _paired(graph: Graph, rng: random.Random) -> tuple[str, Graph]:
+    """A random share of the dot pairs merged."""
+    pairs = len(dot_pairs(graph))
+    for _ in range(max(1, round(rng.choice((0.25, 0.5, 1.0)) * pairs))):
+        graph = merge_pair(graph, rng.choice(dot_pairs(graph)))
+    return f"pair-{pairs - len(dot_pairs(graph))}", graph
+
+
+def _split(graph: Graph, rng: random.Random) -> tuple[str, Graph]:
+    """A random share of the dots split in k column pieces (the merge backwards)."""
+    k, share = rng.choice((2, 4, 8)), rng.choice((0.25, 0.5, 1.0))
+    dots = [d for d in plain_dots(graph) if d.inputs[1].type.shape[1] % k == 0]
+    picked = rng.sample(dots, max(1, round(share * len(dots)))) if dots else []
+    return f"split-{share:.0%}-of-dots-in-{k}", split_dots(graph, picked, k)
+
+
 # -- a family of variants -----------------------------------------------------------------
 
-def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Graph]]:
+def variants(graph: Graph, count: int = 24, seed: int = 0, fixed: Sequence[int] = ()
+             ) -> list[tuple[str, Graph]]:
     """Up to `count` distinct variants of `graph` (the original first), drawn from the
-    families that apply to it."""
+    families that apply to it; `fixed`: the inputs that are frozen weights (the N x K
+    family needs them)."""
     rng = random.Random(seed)
     out: dict[str, tuple[str, Graph]] = {graph.digest: ("original", graph)}
 
@@ -226,6 +271,7 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
     convs = nchw_convs(graph)
     groups = dot_groups(graph)
     pairs = dot_pairs(graph)
+    turnable = bool(layout.frozen_kn(graph, ALL, fixed)[1])
     attempts = 0
     while len(out) < count and attempts < 20 * count:
         attempts += 1
@@ -240,28 +286,18 @@ def variants(graph: Graph, count: int = 24, seed: int = 0) -> list[tuple[str, Gr
             chosen = nchw_convs(g)
             picked = chosen if frac == 1.0 else rng.sample(chosen, max(1, int(frac * len(chosen))))
             add(f"{name}+nhwc-{frac:.0%}", to_nhwc(g, picked))
-        if groups:
-            merged, sizes = g, []
-            for _ in range(max(1, round(rng.choice((0.25, 0.5, 0.75, 1.0)) * len(groups)))):
-                current = dot_groups(merged)
-                if not current:
-                    break
-                group = rng.choice(current)
-                size = rng.choice([n for n in (2, 3, 4, 8) if n <= len(group)] + [len(group)])
-                merged = merge_dots(merged, sorted(rng.sample(group, size), key=group.index))
-                sizes.append(size)
-            add(f"merge-{len(sizes)}-groups-of-{max(sizes)}", merged)
-        if pairs:
-            g = graph
-            for _ in range(max(1, round(rng.choice((0.25, 0.5, 1.0)) * len(pairs)))):
-                g = merge_pair(g, rng.choice(dot_pairs(g)))
-            add(f"pair-{len(pairs) - len(dot_pairs(g))}", g)
-        if groups and rng.random() < 0.5:     # the merge family backwards
-            k, share = rng.choice((2, 4, 8)), rng.choice((0.25, 0.5, 1.0))
-            dots = [d for d in plain_dots(graph) if d.inputs[1].type.shape[1] % k == 0]
-            picked = rng.sample(dots, max(1, round(share * len(dots)))) if dots else []
-            add(f"split-{share:.0%}-of-dots-in-{k}", split_dots(graph, picked, k))
-        if not convs and not groups and not pairs and not movable:
+        families = [f for f, ok in ((_merged, groups), (_paired, pairs), (_split, groups)) if ok]
+        dotted = [("", graph)]      # the original and this round's dot variant
+        if families:                # one dot family a round, each as likely
+            name, made = rng.choice(families)(g, rng)
+            add(name, made)
+            dotted.append((name + "+", made))
+        if turnable and rng.random() < 0.5:
+            base, made = rng.choice(dotted)
+            name, made = weights_nk(made, fixed, rng)
+            if name:
+                add(base + name, made)
+        if not convs and not groups and not pairs and not movable and not turnable:
             break
     return list(out.values())[:count]
 

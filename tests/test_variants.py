@@ -77,6 +77,29 @@ def test_split_dots_in_column_pieces(k):
     _same_function(g, v, args)
 
 
+def test_weights_nk_turns_a_share_of_the_frozen_weights_only():
+    def f(a, b, c, x):                       # a, b, c frozen; x @ x.T reads no weight
+        return jnp.tanh(x @ a) @ b + x @ c, x @ x.T
+    args = (_rand(8, 8), _rand(8, 6), _rand(8, 6), _rand(4, 8))
+    g = capture.capture(f, args).graph
+
+    class Half:
+        def choice(self, seq):
+            return 0.5 if 0.5 in seq else seq[0]
+
+        def sample(self, seq, k):
+            return list(seq)[:k]
+
+    def turned(v):                           # dots contracting the weight's second axis
+        return sum(n.op == "dot_general" and n.params["dimension_numbers"][0][1] == (1,)
+                   for n in v.nodes)
+    name, v = V.weights_nk(g, range(3), Half())
+    assert name == "nk-50%" and turned(v) == turned(g) + 2
+    _same_function(g, v, args)
+    name, v = V.weights_nk(g, (), Half())
+    assert name == "" and v is g
+
+
 @pytest.mark.parametrize("k", [2, 4])
 def test_split_grouped_conv(k):
     def f(x, w):

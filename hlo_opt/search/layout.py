@@ -64,7 +64,7 @@ def weights_nk(graph: Graph, rules: Sequence[Rule], fixed) -> tuple[Graph, list[
     """(graph with every matmul whose 2-D weight is computed from the `fixed` inputs
     alone reading it N x K, rule names applied), or None when there is none (or `rules`
     lack `dot-weight-to-nk`)."""
-    rule, found = _frozen_kn(graph, rules, fixed)
+    rule, found = frozen_kn(graph, rules, fixed)
     if not found:
         return None
     new, taken = rule.apply_all(graph, found)
@@ -74,10 +74,12 @@ def weights_nk(graph: Graph, rules: Sequence[Rule], fixed) -> tuple[Graph, list[
 def finishes(graph: Graph, rules: Sequence[Rule], fixed) -> bool:
     """Whether `weights_nk` has matmuls to turn in `graph`: the search then holds back
     the time to price that move."""
-    return bool(_frozen_kn(graph, rules, fixed)[1])
+    return bool(frozen_kn(graph, rules, fixed)[1])
 
 
-def _frozen_kn(graph, rules, fixed) -> tuple[Rule | None, list]:
+def frozen_kn(graph, rules, fixed) -> tuple[Rule | None, list[Match]]:
+    """(`dot-weight-to-nk` of `rules` or None, its matches whose weight is computed
+    from the `fixed` inputs alone)."""
     rule = next((r for r in rules if r.name == NK), None)
     if rule is None or not fixed:
         return rule, []
