@@ -36,7 +36,7 @@ from absl import logging as absl_logging
 import hlo_opt
 import models
 from hlo_opt.check import agreement, differs, tolerance
-from hlo_opt.cost.measure import per_call
+from hlo_opt.cost.measure import per_call, settle as settle_calls
 from hlo_opt.cost.model import cpu_model
 
 flags.DEFINE_integer("batch", 1, "Batch size.")
@@ -95,16 +95,18 @@ def _first_call(f, args) -> tuple[object, float]:
 
 
 def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
-                settle: bool = False) -> dict:
+                settle: float = 0.0) -> dict:
     """Time the contenders in alternating order (A B, B A, ...); see the module doc.
-    The first contender is the baseline the ratios are taken against. With `settle`,
-    each sample starts after one untimed call: among many contenders, a program's own
-    arrays (weights it computed once) are out of the caches by its turn, while those
-    the others share are not, and its first call pays for that (SRU's merged-weight
-    variants, timed among 24: 0.69-0.76x the original; with the first call of each
-    sample untimed, 0.83-0.87x; paired with the original alone, 0.87-1.06x; each
-    variant on its own copy of every array, 0.85-0.87x, the original 3.76 ms against
-    3.31-3.33)."""
+    The first contender is the baseline the ratios are taken against.
+
+    `settle`: each sample starts after untimed calls lasting this many seconds (at
+    least one call), so that it times a program run again and again, as a user runs
+    it: a short program switched to runs slow for tens of calls (`measure.paired`).
+    Among 24 SRU variants, the dots split in two read 1.22x the original timed after
+    one untimed call (12 calls a sample), and 1.66x run alone for 60 calls after ten
+    (medians of 9 rounds, `/tmp/s19/sru_blocks.py`). Among many contenders, a
+    program's own arrays (weights it computed once) are also out of the caches by its
+    turn, while those the others share are not."""
     names = list(contenders)
     for f in contenders.values():           # warm-up
         _call(f, args)
@@ -114,7 +116,7 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
             if settle:
-                _call(contenders[name], args)
+                settle_calls(contenders[name], args, settle)
             samples[name].append(per_call(contenders[name], args, number))
     base = samples[names[0]]
     result = {"number": number, "repeats": repeats, "ms": {}, "speedup": {}}

@@ -47,6 +47,7 @@ flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: n
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
+SETTLE = 0.25         # seconds of untimed calls before each timing sample (`bench.interleaved`)
 
 def program(graph, frozen_inputs, args):
     """(jitted per-call program, its arguments): weight-only work done once, up front,
@@ -56,12 +57,12 @@ def program(graph, frozen_inputs, args):
 
 def round_robin(programs, rounds: int) -> tuple[list[float], list[list[float]]]:
     """Median seconds per call of each (fn, args), timed interleaved as the benchmarks
-    do, each sample after one untimed call (`settle`: the cost model prices a program
-    run again and again, as a user runs it, not one whose arrays 23 others evicted),
-    and each one's per-round speed-up over the first."""
+    do, each sample after `SETTLE` seconds of untimed calls (the cost model prices a
+    program run again and again, as a user runs it, not one that 23 others ran
+    before: see `bench.interleaved`), and each one's per-round speed-up over the first."""
     timing = bench.interleaved({i: functools.partial(fn, *args)
                                 for i, (fn, args) in enumerate(programs)}, (), rounds,
-                               settle=True)
+                               settle=SETTLE)
     ratios = [[1.0] * rounds] + [timing["speedup"][i]["ratios"] for i in range(1, len(programs))]
     return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios
 
@@ -256,7 +257,7 @@ def _case(label, paper, graphs, frozen_inputs, leaves, model) -> dict:
     predicted = [model.cost(g, frozen_inputs).total for g in graphs]
     timing = bench.interleaved({i: functools.partial(fn, *a) for i, (fn, a) in enumerate(
         program(g, frozen_inputs, x) for g, x in zip(graphs, leaves))}, (),
-        max(FLAGS.rounds, CASE_ROUNDS))
+        max(FLAGS.rounds, CASE_ROUNDS), settle=SETTLE)
     pred = predicted[0] / predicted[1]
     ratio = timing["speedup"][1]             # per-round ratios, median and spread
     sign = bench.sign_of(ratio["ratios"])

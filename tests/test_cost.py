@@ -4,6 +4,7 @@ import json
 import logging
 import multiprocessing
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -299,6 +300,24 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     assert not summed.cost(graph_of(light, x, w)).whole and summed.programs == 0
 
 
+def test_a_program_timed_against_its_reference_is_compiled_before_the_timing(tmp_path,
+                                                                             monkeypatch):
+    """`measure.ratio` sizes its samples (and settles them or not) off its first calls:
+    a compile among them reads as one very long call."""
+    from hlo_opt.cost import measure
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+    compiled, real = [], measure.ratio
+
+    def ratio(fn, args, ref, ref_args, **kwargs):
+        compiled.append((fn._cache_size(), ref._cache_size()))
+        return real(fn, args, ref, ref_args, **kwargs)
+    monkeypatch.setattr(measure, "ratio", ratio)
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    model.cost(graph_of(lambda x, w: x @ w, x, w))
+    assert model.cost(graph_of(lambda x, w: jnp.tanh(x @ w) @ w, x, w)).whole
+    assert compiled == [(1, 1)]
+
+
 def test_the_first_graph_of_a_signature_decides_whole_or_summed(tmp_path):
     """Equivalent graphs are all timed whole or all summed, never a mix: a candidate
     timed whole against an original whose kernels were summed compares two different
@@ -412,6 +431,31 @@ def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch
     ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99, warm=warm)
     assert calls.count("ref") == 1 + rounds      # the warm-up call, then one per round
     assert ref == 1.0 and ratio == pytest.approx(median)
+
+
+@pytest.mark.parametrize("seconds, settled", [(1e-3, 14), (0.5, 0)])
+def test_paired_timing_settles_a_short_program_before_each_sample(monkeypatch, seconds,
+                                                                   settled):
+    """A program shorter than `SETTLE` runs untimed before each of its samples (7
+    rounds, two samples each); a longer one does not."""
+    from hlo_opt.cost import measure
+    runs = []
+    monkeypatch.setattr(measure, "per_call", lambda fn, args, number: seconds)
+    monkeypatch.setattr(measure, "warm_up", lambda: None)
+    monkeypatch.setattr(measure, "settle", lambda fn, args, s: runs.append((fn, s)))
+    measure.paired("ours", (), "ref", (), rounds=7)
+    assert len(runs) == settled and all(s == measure.SETTLE for _, s in runs)
+    assert [fn for fn, _ in runs].count("ours") == settled // 2
+
+
+def test_settle_calls_for_the_time_given_and_at_least_once():
+    from hlo_opt.cost import measure
+    calls = []
+    measure.settle(lambda: calls.append(1), (), 0.0)
+    assert len(calls) == 1
+    start = time.perf_counter()
+    measure.settle(lambda: calls.append(time.sleep(1e-3)), (), 0.02)
+    assert time.perf_counter() - start >= 0.02 and len(calls) > 2
 
 
 @pytest.mark.parametrize("speeds, calls", [

@@ -23,7 +23,7 @@ from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
 EPSILON = 1e-7
-METHOD = 4         # bump when timing changes: the cache keeps no entry timed another way
+METHOD = 5         # bump when timing changes: the cache keeps no entry timed another way
 SHORT = 1e-3       # programs faster than this are timed as COPIES instances in one call
 COPIES = 8
 REPLICA_BYTES = 4 << 20    # ... but no more copies than fit this many bytes together
@@ -31,6 +31,7 @@ FIRST_WAKE = 0.3   # `warm_up`: seconds of running a reference in a process's fi
 WAKE_LIMIT = 0.25  # ... and at most this long in later ones, until it runs this close
 WAKE_WITHIN = 1.25 # to its best speed (hot, the median call reads 1.14x the least)
 WAKE_CALLS = 10    # as the median of this many calls
+SETTLE = 0.03      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
 
@@ -60,6 +61,14 @@ def per_call(fn: Callable, args, number: int) -> float:
     for _ in range(number):
         jax.block_until_ready(fn(*args))
     return (time.perf_counter() - start) / number
+
+
+def settle(fn: Callable, args, seconds: float) -> None:
+    """Untimed calls of `fn(*args)` for `seconds`, at least one."""
+    end = time.perf_counter() + seconds
+    jax.block_until_ready(fn(*args))
+    while time.perf_counter() < end:
+        jax.block_until_ready(fn(*args))
 
 
 def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2e-3) -> float:
@@ -244,7 +253,15 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
 
     `warm`: both have run on arguments like these already (verify ran them), so the
     first calls, timed to choose the sample size, are a round of their own when they
-    are a sample long: 1.5 s of NASNet-A's first call."""
+    are a sample long: 1.5 s of NASNet-A's first call.
+
+    A program shorter than `SETTLE` runs `SETTLE` seconds untimed before each sample:
+    switched to from the other, a short program runs slow for its first calls, and
+    more so the faster one. SRU (4.3 ms a call steady) read 5.96, 5.09, 4.87 ms in
+    its first three calls after another variant's, 4.41 at the 21st; its dots split
+    in two, 4.11 ms at the first and 2.76 at the 21st (2.55 steady). Paired without
+    settling, that split read 1.30-1.35x the original; settled 0.03 s, 1.53-1.65x; run
+    alone for 60 calls after 10, 1.66x (`/tmp/s19/paired_settle.py`, 2-core VM)."""
     warm_up()
     pairs = ((fn, args), (ref, ref_args))
     first = [per_call(f, a, 1) for f, a in pairs]          # the warm-up calls, timed
@@ -255,13 +272,19 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     elif warm:
         ratios, refs = [first[0] / first[1]], [first[1]]
     number = max(1, int(min_sample / max(once, 1e-9)))
+    rest = SETTLE if once < SETTLE else 0.0
+
+    def sample(f, a):
+        if rest:
+            settle(f, a, rest)
+        return per_call(f, a, number)
     for r in range(len(ratios), rounds):
         if r % 2:
-            theirs = per_call(ref, ref_args, number)
-            ours = per_call(fn, args, number)
+            theirs = sample(ref, ref_args)
+            ours = sample(fn, args)
         else:
-            ours = per_call(fn, args, number)
-            theirs = per_call(ref, ref_args, number)
+            ours = sample(fn, args)
+            theirs = sample(ref, ref_args)
         ratios.append(ours / theirs)
         refs.append(theirs)
         if decide is not None and len(ratios) >= DECIDED_AFTER and (
