@@ -31,7 +31,7 @@ FIRST_WAKE = 0.3   # `warm_up`: seconds of running a reference in a process's fi
 WAKE_LIMIT = 0.25  # ... and at most this long in later ones, until it runs this close
 WAKE_WITHIN = 1.25 # to its best speed (hot, the median call reads 1.14x the least)
 WAKE_CALLS = 10    # as the median of this many calls
-SETTLE = 0.03      # `paired`: seconds of untimed calls before each sample of a shorter program
+SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
 
@@ -260,8 +260,9 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     more so the faster one. SRU (4.3 ms a call steady) read 5.96, 5.09, 4.87 ms in
     its first three calls after another variant's, 4.41 at the 21st; its dots split
     in two, 4.11 ms at the first and 2.76 at the 21st (2.55 steady). Paired without
-    settling, that split read 1.30-1.35x the original; settled 0.03 s, 1.53-1.65x; run
-    alone for 60 calls after 10, 1.66x (`/tmp/s19/paired_settle.py`, 2-core VM)."""
+    settling, that split read 1.30-1.35x the original; settled 0.03 s, 1.53-1.65x, and
+    0.01 s (7 rounds, as cheap as 15 unsettled), 1.69-1.75x; run alone for 60 calls
+    after 10, 1.65-1.66x (`/tmp/s19/paired_settle.py`, `bias.py`, 2-core VM)."""
     warm_up()
     pairs = ((fn, args), (ref, ref_args))
     first = [per_call(f, a, 1) for f, a in pairs]          # the warm-up calls, timed

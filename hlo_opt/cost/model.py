@@ -168,8 +168,9 @@ class Measured(CostModel):
     PROBE = 4.0             # kernels summing under PROBE x WHOLE_BELOW: the first program
                             # of a signature is timed whole once, to see if it is short
     WHOLE_SAMPLE = 10e-3    # each sample of a whole program runs at least this long
-    WHOLE_ROUNDS = 15       # paired rounds per candidate: NasRNN's program timed against
-                            # itself read 0.85-1.17 (sd 0.09) as the median of 7 rounds
+    WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN's program timed against
+                            # itself, settled (`measure.SETTLE`), read 0.96-1.02 (sd 0.018)
+                            # as the median of 7 rounds (15 were taken when it read sd 0.09)
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW):
