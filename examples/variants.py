@@ -64,6 +64,16 @@ def to_nhwc(graph: Graph, convs: Sequence[Node]) -> Graph:
     return replace(graph, subst)
 
 
+def weights_nk(graph: Graph, fixed: Sequence[int], rng: random.Random) -> tuple[str, Graph]:
+    """`dot-weight-to-nk` at a random share (a half or more) of its frozen matches."""
+    rule, found = layout.frozen_kn(graph, ALL, fixed)
+    if not found:
+        return "", graph
+    share = rng.choice(SHARES[2:]) if len(found) > 1 else 1.0
+    new, _ = rule.apply_all(graph, rng.sample(found, max(1, round(share * len(found)))))
+    return f"nk-{share:.0%}", new
+
+
 # -- merge ---------------------------------------------------------------------------------
 
 def plain_dots(graph: Graph) -> list[Node]:
@@ -138,16 +148,6 @@ def merge_pair(graph: Graph, add: Node) -> Graph:
 
 
 # -- split ---------------------------------------------------------------------------------
-
-def weights_nk(graph: Graph, fixed: Sequence[int], rng: random.Random) -> tuple[str, Graph]:
-    """`dot-weight-to-nk` at a random share (a quarter or more) of its frozen matches."""
-    rule, found = layout.frozen_kn(graph, ALL, fixed)
-    if not found:
-        return "", graph
-    share = rng.choice(SHARES[2:]) if len(found) > 1 else 1.0
-    new, _ = rule.apply_all(graph, rng.sample(found, max(1, round(share * len(found)))))
-    return f"nk-{share:.0%}", new
-
 
 def grouped_convs(graph: Graph) -> list[Node]:
     return [n for n in nchw_convs(graph) if n.params["feature_group_count"] > 1]

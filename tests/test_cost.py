@@ -4,7 +4,6 @@ import json
 import logging
 import multiprocessing
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -448,14 +447,23 @@ def test_paired_timing_settles_a_short_program_before_each_sample(monkeypatch, s
     assert [fn for fn, _ in runs].count("ours") == settled // 2
 
 
-def test_settle_calls_for_the_time_given_and_at_least_once():
+@pytest.mark.parametrize("seconds, calls", [(0.0, 1), (1 / 32, 8), (0.033, 9)])
+def test_settle_calls_for_the_time_given_and_at_least_once(monkeypatch, seconds, calls):
+    """The clock is a script: each call takes 1/256 s (exact in binary)."""
     from hlo_opt.cost import measure
-    calls = []
-    measure.settle(lambda: calls.append(1), (), 0.0)
-    assert len(calls) == 1
-    start = time.perf_counter()
-    measure.settle(lambda: calls.append(time.sleep(1e-3)), (), 0.02)
-    assert time.perf_counter() - start >= 0.02 and len(calls) > 2
+    now, made = [0.0], []
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return now[0]
+
+    def call():
+        now[0] += 1 / 256
+        made.append(now[0])
+    monkeypatch.setattr(measure, "time", Clock)
+    measure.settle(call, (), seconds)
+    assert len(made) == calls
 
 
 @pytest.mark.parametrize("speeds, calls", [

@@ -312,16 +312,16 @@ class Measured(CostModel):
                 seconds = measure.time_whole(program, repeats=self.repeats,
                                              min_sample=self.WHOLE_SAMPLE)
             else:
+                # Each compiled here, not in `ratio`'s first calls: those choose its
+                # sample size and whether to settle, and a compile read as a call made
+                # each sample one unsettled call (NasRNN's dots split in eight, 1.22x
+                # the original paired when compiled first, priced 0.96x).
                 if ref[1] is None:
                     ref[1] = measure.compiled(split(*ref[0]).runtime)
+                    jax.block_until_ready(ref[1][0](*ref[1][1]))
                 overhead = measure.dispatch_overhead()
                 fn, args = measure.compiled(program)
-                # Compiled here, not in `ratio`'s first calls: those choose its sample
-                # size and whether to settle, and a compile read as a call made each
-                # sample one unsettled call (NasRNN's dots split in eight, 1.22x the
-                # original paired when compiled first, priced 0.96x).
-                for f, a in ((fn, args), ref[1]):
-                    jax.block_until_ready(f(*a))
+                jax.block_until_ready(fn(*args))
                 try:
                     ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
                                           min_sample=self.WHOLE_SAMPLE)
