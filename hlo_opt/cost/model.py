@@ -102,7 +102,8 @@ class CostModel:
 
     def cost(self, graph: Graph, frozen: Iterable[int] = ()) -> Cost:
         fixed = weight_only(graph, frozen)
-        kernels = partition(graph, epilogue_fusion=self.platform == "gpu")
+        kernels = partition(graph, epilogue_fusion=self.platform == "gpu",
+                            conv_layouts=self.platform == "cpu")
         pre = [all(v.node in fixed for v in kernel.inputs) for kernel in kernels]
         price = self._price
         if self.timed_whole(graph, frozen):
@@ -360,8 +361,9 @@ class Measured(CostModel):
 
 
 def _key(kernel: Kernel) -> tuple:
-    """A kernel's identity within one search: its node objects and boundary values."""
-    return kernel.nodes, kernel.inputs, kernel.outputs
+    """A kernel's identity within one search: its node objects, boundary values and the
+    layouts they cross in."""
+    return kernel.nodes, kernel.inputs, kernel.outputs, kernel.relaid
 
 
 def _runs_alone(kernel: Kernel) -> bool:

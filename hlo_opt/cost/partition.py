@@ -22,6 +22,10 @@ out near the whole program's time (the fidelity benchmark checks how near):
    one node and out of it at another, independent one is a path through it.
 6. A kernel of only `reshape` / `squeeze` is a bitcast in row-major memory: it moves no
    data and is marked `free`.
+7. **Conv layouts (CPU).** XLA CPU keeps a conv's activation and result in its own
+   channels-last order through the loops around it; with `conv_layouts` the values that
+   cross kernels so are marked (`layouts.py`) and `isolate` hands them over in that
+   order: an NCHW conv is timed without the two copies the whole program does not make.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import graphlib
 from collections.abc import Iterable
 
 from hlo_opt import ops
+from hlo_opt.cost import layouts
 from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.params import Params
 from hlo_opt.ops.table import CONTRACT, ELEMENTWISE, INDEX, LAYOUT, OPAQUE, REDUCE, SOURCE, WINDOW
@@ -49,6 +54,8 @@ class Kernel:
     inputs: tuple[Value, ...]
     outputs: tuple[Value, ...]
     kind: str          # "loop", "reduce", "contract", "opaque" or "free"
+    relaid: tuple[tuple[Value, tuple[int, ...]], ...] = ()   # (value, memory order) it
+    # reads or writes in a conv's order, not the logical one (`layouts.py`; CPU only)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -124,9 +131,11 @@ class _Groups:
         return True
 
 
-def partition(graph: Graph, *, epilogue_fusion: bool = False) -> list[Kernel]:
+def partition(graph: Graph, *, epilogue_fusion: bool = False,
+              conv_layouts: bool = False) -> list[Kernel]:
     """The kernels of `graph`, producers first. `epilogue_fusion`: contractions absorb
-    their elementwise consumers (XLA on GPU)."""
+    their elementwise consumers (XLA on GPU). `conv_layouts`: mark the values that cross
+    to and from convs in the convs' own memory order (XLA on CPU, `layouts.py`)."""
     groups = _Groups(graph)
     for node in graph.nodes:
         kind = _kind(node)
@@ -145,7 +154,12 @@ def partition(graph: Graph, *, epilogue_fusion: bool = False) -> list[Kernel]:
         else:
             groups.new(node, "contract" if kind == CONTRACT else "opaque"
                        if kind == OPAQUE else "loop")
-    return _kernels(graph, groups)
+    kernels = _kernels(graph, groups)
+    if not conv_layouts:
+        return kernels
+    return [dataclasses.replace(k, relaid=tuple((v, kept[v]) for v in k.inputs + k.outputs
+                                                if v in kept)) if kept else k
+            for k, kept in zip(kernels, layouts.relaid(graph, kernels))]
 
 
 def _kernels(graph: Graph, groups: _Groups) -> list[Kernel]:
@@ -178,15 +192,28 @@ def _kernels(graph: Graph, groups: _Groups) -> list[Kernel]:
 
 def isolate(kernel: Kernel) -> Graph:
     """The kernel as a program of its own: one input per value it reads (constants are
-    copied in, as XLA sees them), its outputs as outputs."""
+    copied in, as XLA sees them), its outputs as outputs. A value in `kernel.relaid` is
+    read and written in its memory order (a transpose inside, which XLA folds into the
+    conv's own layout), as the whole program hands it over."""
+    order = dict(kernel.relaid)
     env: dict[Value, Value] = {}
     inputs = []
     for v in kernel.inputs:
         if v.node.op == "const":
             env[v] = Node("const", (), v.node.params, v.node.types).out()
-        else:
-            node = Node("input", (), Params(index=len(inputs)), (v.type,))
-            inputs.append(node)
-            env[v] = node.out()
+            continue
+        perm = order.get(v)
+        shape = v.type.shape if perm is None else tuple(v.type.shape[d] for d in perm)
+        node = Node("input", (), Params(index=len(inputs)),
+                    (dataclasses.replace(v.type, shape=shape),))
+        inputs.append(node)
+        env[v] = node.out() if perm is None else ops.make(
+            "transpose", [node.out()], permutation=inverse(perm)).out()
     copy_nodes(kernel.nodes, env, outside_deps=False)
-    return Graph(inputs, [env[v] for v in kernel.outputs])
+    return Graph(inputs, [env[v] if v not in order else
+                          ops.make("transpose", [env[v]], permutation=order[v]).out()
+                          for v in kernel.outputs])
+
+
+def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(perm)), key=perm.__getitem__))
