@@ -21,10 +21,8 @@ layout, so the conv is timed as the program runs it.
 The weights' copies are made every call (the weights are the program's parameters), and
 the timed conv makes its weight's copy too. XLA schedules them first, so they are all
 live at once: ResNeXt-50's NCHW program has a 102.7 MiB temp buffer, its weights 95 MiB
-of it, and faults 26286 pages in each call. Those faults are not priced: counted at the
-rate `memory.py` measures (46-49 ms a call), they priced ResNeXt-50's and ResNet-50's
-NCHW programs 1.35x and 1.25x their runs (2026-11-24, AMD EPYC host), where without
-them the two are priced within 4% and 30% under.
+of it, and faults 26286 pages in each call. `memory.py` counts them in the temp buffer
+(`weight_copies`) and prices the faults at the rate XLA pays, measured on such copies.
 """
 from __future__ import annotations
 
@@ -99,3 +97,11 @@ def is_conv(kernel) -> bool:
     return kernel.kind == "contract" and any(n.op == "conv_general_dilated"
                                              for n in kernel.nodes)
 
+
+
+def weight_copies(kernels: Sequence, precomputed: Sequence[bool]) -> int:
+    """Bytes of the weight copies XLA makes each call: the weights of the convs run per
+    call that are not already in the conv's order."""
+    return sum(n.inputs[1].type.nbytes for k, pre in zip(kernels, precomputed) if not pre
+               for n in k.nodes
+               if n.op == "conv_general_dilated" and not _identity(_conv_orders(n)[1]))

@@ -21,35 +21,38 @@ operand is a loop of its own, then a copy). `seconds` prices the faults at the r
 """
 from __future__ import annotations
 
-import mmap
-import statistics
-import time
 from collections.abc import Callable, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from hlo_opt.cost import layouts, measure
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel
 from hlo_opt.ir import Graph, Value
 
 MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
 PAGE = 4096
-DEFAULT_FAULT = 1.3e-6 / PAGE   # seconds per byte, for tests: 1.3 us a page on the VM
+DEFAULT_FAULT = 0.7e-6 / PAGE   # seconds per byte, for tests: 0.7 us a page on the VM
 
 
 def temp_bytes(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) -> int:
     """Peak bytes of the per-call program's temporaries: the least over two orders of
     the kernels, theirs (the program's order) and a depth-first one from the outputs,
     the larger inputs first (XLA's memory scheduler keeps the least of such orders;
-    NASNet-A's branches in program order peaked at 39.8 MiB, depth first at ~24, as XLA).
+    NASNet-A's branches in program order peaked at 39.8 MiB, depth first at ~24, as XLA),
+    plus the copies of weights XLA relays out for its convs each call, all live at once
+    (`layouts.weight_copies`).
     """
-    best = _peak(graph, kernels, precomputed)
+    copies = layouts.weight_copies(kernels, precomputed)
+    best = _peak(graph, kernels, precomputed) + copies
     for schedule in (_depth_first, _greedy):
         if best <= MMAP_LINE:      # the finer orders cost more; only the line matters
             break
         order = schedule(graph, kernels)
-        best = min(best, _peak(graph, [kernels[i] for i in order],
-                               [precomputed[i] for i in order]))
+        best = min(best, copies + _peak(graph, [kernels[i] for i in order],
+                                        [precomputed[i] for i in order]))
     return best
 
 
@@ -159,18 +162,44 @@ def seconds(graph: Graph, temp: int, fault_per_byte: Callable[[], float]) -> flo
 
 
 def calibrate(header: dict, cache_dir=None) -> float:
-    """Seconds per byte of faulting in a fresh anonymous mapping (64 MiB, a byte written
-    per page, median of 5), measured once per device and read from the cache after."""
+    """Seconds per byte of faulting in a program's fresh temp buffer, as XLA's CPU
+    runtime pays it: the weight copies of NCHW convs (`layouts.py`), timed per byte in a
+    program whose temp buffer is under the line and in one past it; the difference is
+    the faults. Measured once per device and read from the cache after.
+
+    A one-thread microbenchmark (a byte written per page of a fresh 64 MiB mapping)
+    read 1.75 us a page on the AMD EPYC VM, where XLA pays 0.68 (24 weight copies of
+    4 MiB, 96 MiB of temp: 2.83 ms a copy against 2.14 with 6, under the line): its
+    threads fault side by side, and a zeroed page is then in the cache for the write.
+    At the microbenchmark's rate, ResNet-50's NCHW program (26,278 pages a call) was
+    priced 1.25x its run; ResNet-50's 43 ms from freezing its weights in HWIO order
+    held 17.5 ms the kernels did not show, 0.67 us a page."""
     cache = Cache("memory", header, cache_dir)
-    if "fault_per_byte" not in cache:
-        size, samples = 64 << 20, []
-        for _ in range(5):
-            with mmap.mmap(-1, size) as region:
-                pages = np.frombuffer(region, np.uint8)
-                start = time.perf_counter()
-                pages[::PAGE] = 1
-                samples.append(time.perf_counter() - start)
-                del pages
-        cache.put("fault_per_byte", statistics.median(samples) / size)
+    if "xla_fault_per_byte" not in cache:
+        small, big = _copy_seconds(SMALL_COPIES), _copy_seconds(BIG_COPIES)
+        cache.put("xla_fault_per_byte", max(big - small, 0.0) / COPY_BYTES)
         cache.flush()
-    return float(cache.get("fault_per_byte"))
+    return float(cache.get("xla_fault_per_byte"))
+
+
+COPY_BYTES = 4 << 20        # one 1024 x 1024 float32 weight
+SMALL_COPIES, BIG_COPIES = 6, 24    # 24 MiB of temp buffer, under the line; 96, past it
+
+
+def _copy_seconds(copies: int) -> float:
+    """Seconds per weight copy of a program of `copies` NCHW 1x1 convs on a 1x1 input
+    (the weight copies are all its work and all its temp buffer)."""
+    from jax import lax
+
+    def program(x, *weights):
+        return sum(lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                   for w in weights)
+    rng = np.random.default_rng(0)
+    args = [jnp.ones((1, 1024, 1, 1), jnp.float32)] + [
+        jnp.asarray(rng.standard_normal((1024, 1024, 1, 1), np.float32)) for _ in range(copies)]
+    fn = jax.jit(program)
+    measure.warm_up()
+    seconds = min(measure.time_callable(fn, args) for _ in range(3))
+    measure.release(fn)
+    return seconds / copies
