@@ -49,3 +49,21 @@ def assert_close(got, want, rtol: float, what: str = "") -> None:
         scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
         err = float(np.max(np.abs(g - w), initial=0.0))
         assert err <= rtol * scale, f"{what} leaf {i}: error {err:.3g} > {rtol:g} x {scale:.3g}"
+
+
+def run_kernels(graph, kernels, args) -> list:
+    """`graph`'s outputs computed kernel by kernel, each isolated as a program of its own
+    (`cost.partition.isolate`); values that cross in a conv's own order are handed over
+    in it."""
+    from hlo_opt import emit
+    from hlo_opt.cost import partition
+
+    env = dict(zip((n.out() for n in graph.inputs), args))
+    for kernel in kernels:
+        kept = dict(kernel.relaid)
+        ins = [env[v] if v not in kept else env[v].transpose(kept[v])
+               for v in kernel.inputs if v.node.op != "const"]
+        outs = emit.run(partition.isolate(kernel), ins)
+        env.update((v, o if v not in kept else o.transpose(partition.inverse(kept[v])))
+                   for v, o in zip(kernel.outputs, outs))
+    return [env[v] for v in graph.outputs]

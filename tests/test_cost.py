@@ -15,7 +15,7 @@ from hlo_opt.cost import analytic, partition as part
 from hlo_opt.cost import model as cost_model
 from hlo_opt.cost.cache import Cache
 from hlo_opt.frozen import weight_only
-from helpers import assert_close
+from helpers import assert_close, run_kernels
 
 HEADER = {"device": "test-device", "platform": "cpu", "jax": "0.10.2"}
 
@@ -103,18 +103,10 @@ def test_isolated_kernels_compose_to_the_whole_program(name):
     covered = [n for k in kernels for n in k.nodes]
     assert len(covered) == len(set(covered)) == sum(
         n.op not in ("input", "const") for n in g.nodes)
-    # Run kernel by kernel, each as its own program, and compare with the whole graph;
-    # values that cross in a conv's own order are handed over in it.
-    env = dict(zip((n.out() for n in g.inputs), jax.tree.leaves((params, *inputs))))
-    for kernel in kernels:
-        program = part.isolate(kernel)
-        kept = dict(kernel.relaid)
-        args = [env[v] if v not in kept else env[v].transpose(kept[v])
-                for v in kernel.inputs if v.node.op != "const"]
-        env.update((v, out if v not in kept else out.transpose(part.inverse(kept[v])))
-                   for v, out in zip(kernel.outputs, emit.run(program, args)))
+    # Run kernel by kernel, each as its own program, and compare with the whole graph.
+    got = run_kernels(g, kernels, jax.tree.leaves((params, *inputs)))
     want = emit.run(g, jax.tree.leaves((params, *inputs)))
-    assert_close([env[v] for v in g.outputs], want, 1e-6, name)
+    assert_close(got, want, 1e-6, name)
 
 
 # -- the cache ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from jax import lax
 
 from hlo_opt import capture, emit
 from hlo_opt.cost import partition as part
-from helpers import assert_close
+from helpers import assert_close, run_kernels
 
 NCHW = ("NCHW", "OIHW", "NCHW")
 X = jnp.asarray(np.random.default_rng(0).standard_normal((1, 8, 12, 12)), jnp.float32)
@@ -70,15 +70,8 @@ def test_relaid_kernels_compose_to_the_whole_program():
     g = capture.capture(fn, (X, W1, W2)).graph
     kernels = part.partition(g, conv_layouts=True)
     assert any(k.relaid for k in kernels)
-    env = dict(zip((n.out() for n in g.inputs), (X, W1, W2)))
-    for k in kernels:
-        kept = dict(k.relaid)
-        args = [env[v] if v not in kept else env[v].transpose(kept[v])
-                for v in k.inputs if v.node.op != "const"]
-        outs = emit.run(part.isolate(k), args)
-        env.update((v, o if v not in kept else o.transpose(part.inverse(kept[v])))
-                   for v, o in zip(k.outputs, outs))
-    assert_close([env[v] for v in g.outputs], [jax.jit(fn)(X, W1, W2)], 1e-5, "relaid")
+    assert_close(run_kernels(g, kernels, (X, W1, W2)), [jax.jit(fn)(X, W1, W2)], 1e-5,
+                 "relaid")
 
 
 def test_xla_folds_the_isolated_relayout_into_the_conv():

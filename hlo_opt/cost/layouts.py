@@ -98,7 +98,6 @@ def is_conv(kernel) -> bool:
                                              for n in kernel.nodes)
 
 
-
 def weight_copies(kernels: Sequence, precomputed: Sequence[bool]) -> int:
     """Bytes of the weight copies XLA makes each call: the weights of the convs run per
     call that are not already in the conv's order."""

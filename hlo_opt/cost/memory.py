@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from hlo_opt.cost import layouts, measure
 from hlo_opt.cost.cache import Cache
@@ -189,8 +190,6 @@ SMALL_COPIES, BIG_COPIES = 6, 24    # 24 MiB of temp buffer, under the line; 96,
 def _copy_seconds(copies: int) -> float:
     """Seconds per weight copy of a program of `copies` NCHW 1x1 convs on a 1x1 input
     (the weight copies are all its work and all its temp buffer)."""
-    from jax import lax
-
     def program(x, *weights):
         return sum(lax.conv_general_dilated(x, w, (1, 1), "VALID",
                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
