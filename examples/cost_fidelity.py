@@ -4,7 +4,9 @@
     python examples/cost_fidelity.py --readme        # also rewrite the README's table
     python examples/cost_fidelity.py --small --models=bert,sru --variants=8   # a smoke run
 
-For each model: variants from `variants.py` (layouts, merged dots, split grouped convs,
+Each model's programs are compiled with the XLA options `hlo_opt.jit` would choose for it
+on this device (`compile_options`; `--options=defaults` for XLA's own), and its kernels
+are priced compiled the same way. For each model: variants from `variants.py` (layouts, merged dots, split grouped convs,
 and the search's own conv and sequence moves by the verified rules), each priced by the
 measured cost model with the weights frozen, and each timed as a whole program
 (weight-only work precomputed, as `frozen_argnums` will do), round-robin over the
@@ -32,7 +34,7 @@ from jax import lax
 import bench
 import models
 import variants as V
-from hlo_opt import capture, cost, frozen
+from hlo_opt import capture, compile_options, cost, frozen, pipeline
 from models import layers
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -41,6 +43,10 @@ flags.DEFINE_integer("rounds", 9, "Round-robin timing rounds (a sign test needs 
 flags.DEFINE_bool("cases", True, "Also run the sign cases.")
 flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
+flags.DEFINE_enum("options", "choose", ["choose", "defaults"], "XLA compile options of each "
+                  "model's programs: chosen by timing its original as hlo_opt.jit does "
+                  "(`pipeline.choose_options`), or XLA's defaults. The sign cases always "
+                  "use the defaults.")
 flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: none, a "
                     "fresh directory: the run's own timings, not entries older runs wrote "
                     "under other loads).")
@@ -49,10 +55,10 @@ FLAGS = flags.FLAGS
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
 SETTLE = 0.25         # seconds of untimed calls before each timing sample (`bench.interleaved`)
 
-def program(graph, frozen_inputs, args):
+def program(graph, frozen_inputs, args, options=None):
     """(jitted per-call program, its arguments): weight-only work done once, up front,
-    as `hlo_opt.jit` does it."""
-    return frozen.Runner(graph, frozen_inputs).runtime_args(list(args))
+    and compiled with `options`, as `hlo_opt.jit` does it."""
+    return frozen.Runner(graph, frozen_inputs, options).runtime_args(list(args))
 
 
 def round_robin(programs, rounds: int) -> tuple[list[float], list[list[float]]]:
@@ -95,31 +101,37 @@ def _speedup_errors(pred, meas) -> list[float]:
     return [abs((pred[0] / p) / (meas[0] / m) - 1) for p, m in zip(pred[1:], meas[1:])]
 
 
-def cache_timing(graph, frozen_inputs) -> tuple[float, float, int]:
+def cache_timing(graph, frozen_inputs, options) -> tuple[float, float, int]:
     """Seconds to price `graph` from an empty cache, then warm; kernels measured."""
     with tempfile.TemporaryDirectory() as tmp:
-        cold = cost.Measured(tmp)
+        cold = cost.Measured(tmp, compiler_options=options)
         start = time.perf_counter()
         cold.cost(graph, frozen_inputs)
         cold_s = time.perf_counter() - start
         start = time.perf_counter()
-        cost.Measured(tmp).cost(graph, frozen_inputs)
+        cost.Measured(tmp, compiler_options=options).cost(graph, frozen_inputs)
         return cold_s, time.perf_counter() - start, cold.measured
 
 
-def fidelity(name: str, model: cost.CostModel) -> dict:
+def fidelity(name: str, cache_dir: str) -> dict:
+    """The model's variants priced and run compiled with the options `hlo_opt.jit`
+    would choose for its original (`--options`)."""
     fn, params, inputs = models.build(name, small=FLAGS.small)
     args = jax.tree.leaves((params, *inputs))
     frozen_inputs = range(len(jax.tree.leaves(params)))
     graph = capture.capture(fn, (params, *inputs)).graph
-    cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs)
+    options = pipeline.choose_options(graph, frozen_inputs, args) \
+        if FLAGS.options == "choose" else {}
+    model = cost.Measured(cache_dir, compiler_options=options)
+    cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs, options)
     found = V.variants(graph, FLAGS.variants, fixed=frozen_inputs)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
-    measured, ratios = round_robin([program(g, frozen_inputs, args) for _, g in found],
-                                   FLAGS.rounds)
+    measured, ratios = round_robin([program(g, frozen_inputs, args, options)
+                                    for _, g in found], FLAGS.rounds)
     errors = _speedup_errors(predicted, measured)
     pairs, decided, right = decided_pairs(predicted, ratios)
-    return {"model": name, "variants": [{"name": n, "predicted_s": p, "measured_s": m}
+    return {"model": name, "compiler_options": compile_options.label(options),
+            "variants": [{"name": n, "predicted_s": p, "measured_s": m}
                                         for (n, _), p, m in zip(found, predicted, measured)],
             "spearman": spearman(predicted, measured),
             "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
@@ -273,13 +285,16 @@ def markdown(records, cases, env) -> str:
     lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
              f"{env['date']}, by `{bench.command_line()}`.", "",
-             "| model | variants | Spearman | pairs decided | of those, ordered right "
-             "| speed-up error median / max | within 15% | price kernels cold / warm (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model | compiled with | variants | Spearman | pairs decided | of those, "
+             "ordered right | speed-up error median / max | within 15% "
+             "| price kernels cold / warm (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         ordered = f"{r['decided_pairs_right'] / r['decided_pairs']:.0%}" \
             if r["decided_pairs"] else "-"
-        lines.append(f"| {r['model']} | {len(r['variants'])} | {r['spearman']:.2f} | "
+        compiled = "YNNPACK off" if r.get("compiler_options") == compile_options.label(
+            compile_options.NO_YNN) else (r.get("compiler_options") or "XLA's defaults")
+        lines.append(f"| {r['model']} | {compiled} | {len(r['variants'])} | {r['spearman']:.2f} | "
                      f"{r['decided_pairs']} of {r['pairs']} | {ordered} | "
                      f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "
                      f"{r['within_15pct']:.0%} | {r['cold_s']:.1f} / {r['warm_s']:.2f} |")
@@ -295,15 +310,15 @@ def markdown(records, cases, env) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(model: cost.CostModel) -> None:
+def run(cache_dir: str) -> None:
     records = []
     for name in FLAGS.models:
         logging.warning("cost fidelity: %s", name)
-        records.append(fidelity(name, model))
+        records.append(fidelity(name, cache_dir))
         r = records[-1]
         print(f"{name}: {len(r['variants'])} variants, Spearman {r['spearman']:.2f}, "
               f"speed-up error median {r['speedup_error_median']:.0%}", flush=True)
-    cases = sign_cases(model) if FLAGS.cases else []
+    cases = sign_cases(cost.Measured(cache_dir)) if FLAGS.cases else []
     env = bench.environment()
     payload = {"environment": env, "models": records, "sign_cases": cases}
     bench.write_report("cost_fidelity", payload, markdown(records, cases, env), FLAGS.out,
@@ -315,7 +330,7 @@ def main(argv):
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     bench.quiet_logs()
     with tempfile.TemporaryDirectory() as fresh:
-        run(cost.Measured(FLAGS.cache_dir or fresh))
+        run(FLAGS.cache_dir or fresh)
 
 
 if __name__ == "__main__":

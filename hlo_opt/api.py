@@ -203,7 +203,8 @@ class Optimized:
             return self._outer(*args, **kwargs)
         if self._inline:
             # No signature optimised so far precomputes anything from its frozen
-            # arguments: its per-call program is the whole graph's, which jax's own
+            # arguments or compiles with options of its own (`compile_options`): its
+            # per-call program is the whole graph's jax.jit, which jax's own
             # dispatch runs without the 50-100 us of Python below (2% of SRU's 4 ms).
             # A signature not met yet stops the trace and is optimised below, where it
             # can be verified on the caller's own arrays.
@@ -306,8 +307,8 @@ class Optimized:
 
     def _store(self, key, entry: _Entry) -> _Entry:
         self._entries[key] = entry
-        self._inline = all(e.runner is None or not e.runner.precomputes   # None: _outer
-                           for e in self._entries.values())
+        self._inline = all(e.runner is None or not (e.runner.precomputes or e.runner.options)
+                           for e in self._entries.values())     # None: _outer
         return entry
 
     def _optimize(self, args, kwargs) -> _Entry:
@@ -330,7 +331,8 @@ class Optimized:
             runner = None
             if frozen and not outcome.report.fell_back and \
                     not capture.closes_over_tracers(closed):
-                runner = outcome.runner or Runner(outcome.graph, frozen)
+                runner = outcome.runner or Runner(outcome.graph, frozen,
+                                                  outcome.report.compiler_options)
             return _Entry(outcome.report, out_tree, graph=outcome.graph, original=closed,
                           runner=runner)
         except Exception as err:  # noqa: BLE001 - ours, not the user's: fall back

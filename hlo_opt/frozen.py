@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from hlo_opt import emit, ops
+from hlo_opt import compile_options, emit, ops
 from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.ops.table import OPAQUE
 from hlo_opt.params import Params
@@ -112,8 +112,10 @@ class Runner:
 
     KEEP = 4
 
-    def __init__(self, graph: Graph, frozen: Iterable[int]):
+    def __init__(self, graph: Graph, frozen: Iterable[int], options=None):
+        """`options`: XLA compile options of the per-call program (`compile_options`)."""
         self.split = split(graph, frozen)
+        self.options = dict(options or {})
         # A frozen input the per-call program reads as it is, is handed to it as it is:
         # returned by a jitted function it would be a copy, and the weights would be
         # held twice (13 of SRU's 14 per-call arguments were such copies).
@@ -123,7 +125,7 @@ class Runner:
         made = Graph(w.inputs, [v for v in w.outputs if v not in position])
         self.precomputes = bool(made.outputs)   # else it is the graph's program as it is
         self._weights = jax.jit(emit.to_callable(made))
-        self._runtime = jax.jit(emit.to_callable(self.split.runtime))
+        self._runtime = compile_options.jit(emit.to_callable(self.split.runtime), options)
         self._memo: list[tuple[list, Sequence[Any]]] = []
         self.computed = 0          # weight sets computed so far
 

@@ -12,6 +12,10 @@
    if it is faster by 1% or more (a tie goes to the original). Likewise a search whose
    predicted gain is under 2% keeps the original: equal programs timed twice differ by
    that much; unless it took the search's tie move and measure_final is on.
+0. Before the search, with frozen arguments and measure_final on: the XLA compile
+   options the per-call program runs under (`compile_options`), chosen by timing the
+   original under each against XLA's defaults; the kernels are priced, and the result
+   compiled, under them. measure_final still compares with the original under jax.jit.
 Results are remembered on disk (`store.py`), so a second process skips all three.
 """
 from __future__ import annotations
@@ -27,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
-from hlo_opt import check, cost, emit, store
+from hlo_opt import check, compile_options, cost, emit, store
 from hlo_opt.cost import measure
 from hlo_opt.frozen import Runner
 from hlo_opt.ir import Graph
@@ -75,8 +79,12 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
         return Outcome(*cached)   # verified and timed when it was written
 
     start = time.perf_counter()
+    chosen = {}
+    if frozen and options.measure_final and options.cost == "measured" and not original.effects:
+        chosen = choose_options(original, frozen, _inputs(
+            [n.types[0] for n in original.inputs], frozen, example, seed=0, keep=True))
     model = options.cost if isinstance(options.cost, cost.CostModel) \
-        else cost.make(options.cost, options.cache_dir)
+        else cost.make(options.cost, options.cache_dir, compiler_options=chosen)
 
     def price(g: Graph) -> float:
         return model.cost(g, frozen).total
@@ -99,11 +107,37 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
                     cost_before=before, cost_after=result.cost,
                     measured_before=None, measured_after=None, search_seconds=seconds,
                     stop_reason=result.stop_reason, fell_back=False, reason=None,
-                    source=emit.to_source(result.graph, _identifier(name)))
+                    source=emit.to_source(result.graph, _identifier(name)),
+                    compiler_options=chosen)
     outcome = _guard(original, closed, result.graph, frozen, options, report, example)
     if key:
         disk.put(key, original, outcome.graph, outcome.report)
     return outcome
+
+
+def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence) -> dict:
+    """The XLA compile options (`compile_options.choices()`, or none) under which the
+    per-call program of `original` runs fastest on `leaves`: each timed back to back
+    with the program under XLA's defaults (`measure.paired`) and taken where it runs
+    `FASTER`. A choice that does not compile or run is passed over."""
+    runner = Runner(original, frozen)
+    base, args = runner.runtime_args(leaves)
+    best, best_ratio = {}, FASTER
+    for choice in compile_options.choices():
+        fn = compile_options.jit(emit.to_callable(runner.split.runtime), choice)
+        try:
+            jax.block_until_ready(fn(*args))
+            jax.block_until_ready(base(*args))
+            ratio = measure.paired(fn, args, base, args, decide=best_ratio)[0]
+        except Exception as err:  # noqa: BLE001 - XLA's defaults still stand
+            logger.info("hlo_opt: not compiling with %s (%s)", compile_options.label(choice), err)
+            continue
+        finally:
+            measure.release(fn)
+        if ratio < best_ratio:
+            best, best_ratio = dict(choice), ratio
+    measure.release(base)
+    return best
 
 
 def search_clock(model, limit: float, extra: float = COLD_EXTRA):
@@ -155,7 +189,8 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
     reference = jax.jit(jcore.jaxpr_as_fun(closed))
     # One compile of what will run (weight-only part and per-call part), verified and
     # timed as it runs: a second compile of NASNet-A's optimised graph took seconds.
-    runner = Runner(optimized, frozen) if (changed and options.verify) or (
+    runner = Runner(optimized, frozen, report.compiler_options) if (
+        changed and options.verify) or (
         options.measure_final and (changed or frozen)) else None
     verified = changed and options.verify
     if verified:

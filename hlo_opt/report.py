@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hlo_opt import compile_options
 from hlo_opt.ir import Graph
 
 
@@ -20,6 +21,7 @@ class Report:
     fell_back: bool
     reason: str | None
     source: str | None
+    compiler_options: dict = dataclasses.field(default_factory=dict)   # XLA's, chosen by timing
 
     def summary(self) -> str:
         """A human-readable table."""
@@ -31,6 +33,7 @@ class Report:
             ("measured", f"{fmt(self.measured_before)} -> {fmt(self.measured_after)}"),
             ("search", f"{self.search_seconds:.2f} s ({self.stop_reason or '-'})"),
             ("fell back", f"yes: {self.reason}" if self.fell_back else "no"),
+            ("compile options", compile_options.label(self.compiler_options) or "XLA's defaults"),
         ]
         rows += [(f"rule {name}", f"x{count}") for name, count in sorted(self.applied.items())]
         if not self.applied:

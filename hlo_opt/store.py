@@ -30,7 +30,7 @@ FORMAT = 1
 SHAPING = ("alpha", "budget", "time_limit", "search", "cost", "verify", "measure_final",
            "split_threshold")       # the options that can change the outcome
 REPORTED = ("applied", "cost_before", "cost_after", "measured_before", "measured_after",
-            "search_seconds", "stop_reason", "fell_back", "reason")
+            "search_seconds", "stop_reason", "fell_back", "reason", "compiler_options")
 
 
 @functools.cache

@@ -339,7 +339,8 @@ def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, mon
     events = []
     compiled, timed = measure.compiled, measure.time_callable
     monkeypatch.setattr(measure, "compiled",
-                        lambda g, seed=0: events.append("compile") or compiled(g, seed))
+                        lambda g, seed=0, options=None:
+                        events.append("compile") or compiled(g, seed, options))
     monkeypatch.setattr(measure, "time_callable",
                         lambda *a, **k: events.append("time") or timed(*a, **k))
     g = graph_of(lambda x, w, v: jnp.tanh(x @ w) @ v, X, W, W.T)
@@ -508,8 +509,8 @@ def test_every_program_compiled_for_a_timing_is_released_but_the_reference(monke
     made, released = [], []
     compiled, release = measure.compiled, measure.release
 
-    def recording(graph, seed=0):
-        fn, args = compiled(graph, seed)
+    def recording(graph, seed=0, options=None):
+        fn, args = compiled(graph, seed, options)
         made.append(fn)
         return fn, args
     monkeypatch.setattr(measure, "compiled", recording)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hlo_opt import emit
+from hlo_opt import compile_options, emit
 from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
@@ -151,8 +151,9 @@ def replicas(graph: Graph) -> int:
     return max(1, min(COPIES, REPLICA_BYTES // max(nbytes, 1)))
 
 
-def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int) -> float:
-    fn, args = compiled(graph, seed)
+def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int,
+                  options=None) -> float:
+    fn, args = compiled(graph, seed, options)
     try:
         return time_callable(fn, args, repeats=repeats, min_sample=min_sample)
     finally:
@@ -160,19 +161,21 @@ def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int) -> f
 
 
 def time_graph(graph: Graph, *, repeats: int = 5, min_sample: float = 2e-3,
-               seed: int = 0) -> float:
+               seed: int = 0, options=None) -> float:
     """Seconds one run of `graph` takes inside a larger program on this device
     (`time_graphs` of one graph)."""
-    seconds = time_graphs([graph], repeats=repeats, min_sample=min_sample, seed=seed)[0]
+    seconds = time_graphs([graph], repeats=repeats, min_sample=min_sample, seed=seed,
+                          options=options)[0]
     if isinstance(seconds, Exception):
         raise seconds
     return seconds
 
 
 def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float = 2e-3,
-                seed: int = 0) -> list[float | Exception]:
+                seed: int = 0, options=None) -> list[float | Exception]:
     """Seconds one run of each graph takes inside a larger program on this device, or
-    the exception that stopped it compiling or running.
+    the exception that stopped it compiling or running; compiled with `options`
+    (`compile_options`: XLA's defaults when None).
 
     All are compiled first, then timed back to back. A program timed right after its
     compile reads slow: on the 2-core VM, a 0.6 ms dot timed after each compile read
@@ -191,11 +194,11 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
     each as the three dots of one program, on that machine: 2 MiB L2 per core, 32 MiB
     L3). With 4 MiB, the cost model called the sign of every case of cost_fidelity.py."""
     warm_up()
-    alone = _time_batch(graphs, repeats, min_sample, seed)
+    alone = _time_batch(graphs, repeats, min_sample, seed, options)
     short = [i for i, s in enumerate(alone) if not isinstance(s, Exception)
              and s < SHORT and replicas(graphs[i]) > 1]
     many = _time_batch([replicate(graphs[i], replicas(graphs[i])) for i in short],
-                       repeats, min_sample, seed)
+                       repeats, min_sample, seed, options)
     out = [s if isinstance(s, Exception) else s - dispatch_overhead() for s in alone]
     for i, s in zip(short, many):
         if not isinstance(s, Exception):
@@ -204,12 +207,12 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
 
 
 def _time_batch(graphs: Sequence[Graph], repeats: int, min_sample: float,
-                seed: int) -> list[float | Exception]:
+                seed: int, options=None) -> list[float | Exception]:
     """Compile and run each once, then time each (least of `repeats` samples)."""
     ready: list = []
     for graph in graphs:
         try:
-            fn, args = compiled(graph, seed)
+            fn, args = compiled(graph, seed, options)
             jax.block_until_ready(fn(*args))
             ready.append((fn, args))
         except Exception as err:  # noqa: BLE001 - the caller prices it another way
@@ -295,9 +298,10 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     return float(np.median(ratios)), float(np.median(refs))
 
 
-def compiled(graph: Graph, seed: int = 0) -> tuple[Callable, list]:
-    """`graph` jitted, and random arguments for it."""
-    return jax.jit(emit.to_callable(graph)), random_args([n.types[0] for n in graph.inputs], seed)
+def compiled(graph: Graph, seed: int = 0, options=None) -> tuple[Callable, list]:
+    """`graph` jitted (with XLA compile `options`), and random arguments for it."""
+    return (compile_options.jit(emit.to_callable(graph), options),
+            random_args([n.types[0] for n in graph.inputs], seed))
 
 
 def release(fn: Callable) -> None:
@@ -310,9 +314,9 @@ def release(fn: Callable) -> None:
 
 
 def time_whole(graph: Graph, *, repeats: int = 5, min_sample: float = 10e-3,
-               seed: int = 0) -> float:
+               seed: int = 0, options=None) -> float:
     """Seconds of one call of `graph` as a program of its own, the empty call's cost
     removed (so that it compares with a sum of kernels)."""
     warm_up()
-    seconds = _time_program(graph, repeats, min_sample, seed)
+    seconds = _time_program(graph, repeats, min_sample, seed, options)
     return max(seconds - dispatch_overhead(), EPSILON)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 
 import jax
 
+from hlo_opt import compile_options
 from hlo_opt.cost import analytic, measure, memory
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition
@@ -174,9 +175,15 @@ class Measured(CostModel):
                             # as the median of 7 rounds (15 were taken when it read sd 0.09)
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
-                 fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW):
+                 fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW,
+                 compiler_options: compile_options.Options | None = None):
         header = device_header()
         self.platform = header["platform"]
+        # Kernels are timed compiled as the program will be (`compile_options`); each
+        # set of options has a cache file of its own.
+        self.options = dict(compiler_options or {})
+        if self.options:
+            header["options"] = compile_options.label(self.options)
         self.cache = Cache("kernels", {**header, "method": measure.METHOD}, cache_dir)
         self.repeats, self.min_sample = repeats, min_sample
         self._fallback = fallback
@@ -218,7 +225,7 @@ class Measured(CostModel):
             return
         started = time.perf_counter()
         timed = measure.time_graphs(list(todo.values()), repeats=self.repeats,
-                                    min_sample=self.min_sample)
+                                    min_sample=self.min_sample, options=self.options)
         self.measuring += time.perf_counter() - started
         for digest, seconds in zip(todo, timed):
             if isinstance(seconds, Exception):
@@ -242,7 +249,8 @@ class Measured(CostModel):
             started = time.perf_counter()
             try:
                 seconds = measure.time_graph(program, repeats=self.repeats,
-                                             min_sample=self.min_sample)
+                                             min_sample=self.min_sample,
+                                             options=self.options)
             except Exception as err:  # noqa: BLE001 - price it, don't fail the search
                 logger.debug("hlo_opt: cannot time kernel %s alone (%s); using the "
                              "roofline", [n.op for n in kernel.nodes], err)
@@ -311,17 +319,18 @@ class Measured(CostModel):
         try:
             if ref is None:
                 seconds = measure.time_whole(program, repeats=self.repeats,
-                                             min_sample=self.WHOLE_SAMPLE)
+                                             min_sample=self.WHOLE_SAMPLE,
+                                             options=self.options)
             else:
                 # Each compiled here, not in `ratio`'s first calls: those choose its
                 # sample size and whether to settle, and a compile read as a call made
                 # each sample one unsettled call (NasRNN's dots split in eight, 1.22x
                 # the original paired when compiled first, priced 0.96x).
                 if ref[1] is None:
-                    ref[1] = measure.compiled(split(*ref[0]).runtime)
+                    ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
                     jax.block_until_ready(ref[1][0](*ref[1][1]))
                 overhead = measure.dispatch_overhead()
-                fn, args = measure.compiled(program)
+                fn, args = measure.compiled(program, options=self.options)
                 jax.block_until_ready(fn(*args))
                 try:
                     ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
@@ -377,10 +386,12 @@ def _signature(graph: Graph, frozen: Iterable[int]) -> tuple:
             tuple(sorted(set(frozen))))
 
 
-def make(name: str = "measured", cache_dir=None) -> CostModel:
-    """The cost model called `name` ("measured" or "analytic")."""
+def make(name: str = "measured", cache_dir=None,
+         compiler_options: compile_options.Options | None = None) -> CostModel:
+    """The cost model called `name` ("measured" or "analytic"); a measured one times
+    kernels compiled with `compiler_options`."""
     if name == "measured":
-        return Measured(cache_dir)
+        return Measured(cache_dir, compiler_options=compiler_options)
     if name == "analytic":
         return Analytic.calibrated(cache_dir)
     raise ValueError(f"unknown cost model {name!r}; use 'measured' or 'analytic'")

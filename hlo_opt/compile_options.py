@@ -1,0 +1,64 @@
+"""XLA compile options that hlo_opt chooses for a program by timing it on the device.
+
+XLA's CPU backend hands convolutions, dots and reductions to the YNNPACK library as
+library fusions (`ynn_fusion`). Each conv is one, and a reduction (a network's global
+mean) starts one that grows up through every supported operand whose users it already
+holds, up to XLA's 100-instruction limit: ResNet-50's last 28 convs with their adds and
+relus are one. Whether the library path pays depends on the device and the program. On
+the AMD EPYC 2-vCPU host (jax 0.10.2, `/tmp/s23/ynnmatrix.py`, 9 interleaved rounds),
+compiling with it off ran ResNet-50 NHWC 1.52x faster, ResNeXt-50 NHWC 1.45x,
+Inception-v3 NHWC 1.43x, SqueezeNet NHWC 1.56x, ResNet-50 NCHW 1.23x; and slower on
+NASNet-A (0.88x), BERT (0.93x) and SRU (0.87x). The one multi-conv fusion also broke the
+cost model's sum of kernels: ResNet-50 relaid ran 74 ms against 64 ms priced with it,
+and 51 against 51-55 priced without it (`/tmp/s23/reprice.py`).
+
+So it is measured, not assumed: `CHOICES` are tried on the original program against
+XLA's defaults (`pipeline.choose_options`), the kernels are priced and the program is
+compiled under the winner. An option this jaxlib does not know is left out, never fatal.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+Options = Mapping[str, str]
+
+DEFAULT: Options = {}
+NO_YNN: Options = {"xla_cpu_experimental_ynn_fusion_type": ""}   # no YNNPACK fusions
+CHOICES = {"cpu": (NO_YNN,)}       # besides the default, by platform
+
+
+def jit(fun: Callable, options: Options | None = None, **kwargs) -> Callable:
+    """`jax.jit(fun)` compiled with `options` (none: XLA's defaults)."""
+    return jax.jit(fun, compiler_options=dict(options) if options else None, **kwargs)
+
+
+def label(options: Options | None) -> str:
+    """A stable text for `options` ("" for the defaults): cache keys and reports."""
+    return json.dumps(dict(options), sort_keys=True) if options else ""
+
+
+def parse(text: str) -> Options:
+    """`label` backwards."""
+    return json.loads(text) if text else DEFAULT
+
+
+def choices(platform: str | None = None) -> list[Options]:
+    """The non-default options worth timing on `platform` (default: jax's first device)
+    that this jaxlib accepts."""
+    platform = platform or jax.devices()[0].platform
+    return [o for o in CHOICES.get(platform, ()) if accepted(label(o))]
+
+
+@functools.cache
+def accepted(text: str) -> bool:
+    """Whether XLA compiles a small program with these options."""
+    try:
+        jit(lambda x: x * 2, parse(text)).lower(jnp.zeros((2,), jnp.float32)).compile()
+    except Exception:  # noqa: BLE001 - an unknown flag or value: not a choice here
+        return False
+    return True

@@ -1,0 +1,106 @@
+"""XLA compile options chosen per program: applied where the program is compiled (kernel
+timings, the per-call program), kept in the report and the disk cache, and an option
+this jaxlib does not know is passed over, never fatal."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hlo_opt
+from hlo_opt import capture, compile_options, cost, pipeline
+from hlo_opt.cost import measure
+from hlo_opt.frozen import Runner
+from helpers import assert_close
+
+NO_YNN = compile_options.NO_YNN
+BOGUS = {"xla_cpu_no_such_flag_for_hlo_opt": "1"}
+needs_ynn_choice = pytest.mark.skipif(
+    jax.devices()[0].platform != "cpu" or not compile_options.accepted(
+        compile_options.label(NO_YNN)), reason="XLA CPU's YNNPACK option is not here")
+
+
+def net(w, x):
+    y = lax.conv_general_dilated(x, w["a"], (1, 1), "SAME",
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.nn.relu(y)
+    y = lax.conv_general_dilated(y, w["b"], (1, 1), "SAME",
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jnp.mean(jax.nn.relu(y), axis=(1, 2))
+
+
+W = {"a": jax.random.normal(jax.random.key(0), (3, 3, 16, 32)) * 0.1,
+     "b": jax.random.normal(jax.random.key(1), (3, 3, 32, 32)) * 0.1}
+X = jax.random.normal(jax.random.key(2), (1, 32, 32, 16))
+
+
+def _hlo(fn, *args) -> str:
+    return fn.lower(*args).compile().as_text()
+
+
+def test_labels_round_trip():
+    assert compile_options.label({}) == "" and compile_options.parse("") == {}
+    assert compile_options.parse(compile_options.label(NO_YNN)) == NO_YNN
+
+
+@needs_ynn_choice
+def test_the_options_reach_xla_and_leave_the_answer():
+    plain = jax.jit(net)
+    chosen = compile_options.jit(net, NO_YNN)
+    assert "ynn_fusion" in _hlo(plain, W, X) and "ynn_fusion" not in _hlo(chosen, W, X)
+    assert_close(chosen(W, X), plain(W, X), 1e-5)
+
+
+def test_an_option_xla_does_not_know_is_not_a_choice(monkeypatch):
+    monkeypatch.setitem(compile_options.CHOICES, jax.devices()[0].platform, (BOGUS,))
+    assert not compile_options.accepted(compile_options.label(BOGUS))
+    assert compile_options.choices() == []
+    graph = capture.capture(net, (W, X)).graph
+    assert pipeline.choose_options(graph, (0, 1), list(jax.tree.leaves((W, X)))) == {}
+
+
+@needs_ynn_choice
+def test_the_choice_is_defaults_or_a_choice_and_its_program_agrees():
+    graph = capture.capture(net, (W, X)).graph
+    leaves = jax.tree.leaves((W, X))
+    chosen = pipeline.choose_options(graph, (0, 1), leaves)
+    assert chosen in ({}, NO_YNN)
+    runner = Runner(graph, (0, 1), chosen)
+    assert_close(runner(leaves)[0], jax.jit(net)(W, X), 1e-5)
+
+
+@needs_ynn_choice
+def test_kernels_are_timed_under_the_options_in_a_cache_file_of_their_own(tmp_path):
+    graph = capture.capture(net, (W, X)).graph
+    plain = cost.Measured(tmp_path)
+    chosen = cost.Measured(tmp_path, compiler_options=NO_YNN)
+    assert plain.cache.path != chosen.cache.path
+    priced = chosen.cost(graph, (0, 1))
+    assert priced.total > 0 and chosen.measured > 0 and len(chosen.cache) > 0
+    assert len(plain.cache) == 0                    # nothing written under the defaults
+    fn, _ = measure.compiled(graph, options=NO_YNN)
+    assert "ynn_fusion" not in _hlo(fn, *jax.tree.leaves((W, X)))
+
+
+@needs_ynn_choice
+def test_the_chosen_options_compile_the_program_that_runs_and_come_back_from_disk(
+        tmp_path, monkeypatch):
+    # Which options win, and whether the result beats jax.jit, is the device's to say;
+    # here both are fixed, to follow the choice through the report, the per-call
+    # program and the graph cache.
+    monkeypatch.setattr(pipeline, "choose_options", lambda *args: dict(NO_YNN))
+    monkeypatch.setattr(pipeline, "FASTER", float("inf"))
+    first = hlo_opt.jit(net, frozen_argnums=(0,), cache_dir=tmp_path, time_limit=2.0)
+    want = jax.jit(net)(W, X)
+    assert_close(first(W, X), want, 1e-5)
+    report = first.explain(W, X)
+    assert not report.fell_back and report.compiler_options == NO_YNN
+    (entry,) = first._entries.values()
+    assert entry.runner.options == NO_YNN
+    assert "ynn_fusion" not in _hlo(entry.runner._runtime, *entry.runner.runtime_args(
+        jax.tree.leaves((W, X)))[1])
+    monkeypatch.setattr(pipeline, "choose_options", lambda *args: {})
+    again = hlo_opt.jit(net, frozen_argnums=(0,), cache_dir=tmp_path, time_limit=2.0)
+    assert again.explain(W, X).stop_reason == "cached"
+    assert again.explain(W, X).compiler_options == NO_YNN
+    np.testing.assert_allclose(np.asarray(again(W, X)), np.asarray(first(W, X)), rtol=0)
