@@ -120,10 +120,13 @@ def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence) -> 
     per-call program of `original` runs fastest on `leaves`: each timed back to back
     with the program under XLA's defaults (`measure.paired`) and taken where it runs
     `FASTER`. A choice that does not compile or run is passed over."""
+    choices = compile_options.choices()
+    if not choices:
+        return {}
     runner = Runner(original, frozen)
     base, args = runner.runtime_args(leaves)
     best, best_ratio = {}, FASTER
-    for choice in compile_options.choices():
+    for choice in choices:
         fn = compile_options.jit(emit.to_callable(runner.split.runtime), choice)
         try:
             jax.block_until_ready(fn(*args))
