@@ -123,8 +123,12 @@ def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence) -> 
     choices = compile_options.choices()
     if not choices:
         return {}
-    runner = Runner(original, frozen)
-    base, args = runner.runtime_args(leaves)
+    try:
+        runner = Runner(original, frozen)
+        base, args = runner.runtime_args(leaves)
+    except Exception as err:  # noqa: BLE001 - XLA's defaults still stand
+        logger.info("hlo_opt: not choosing compile options (%s)", err)
+        return {}
     best, best_ratio = {}, FASTER
     for choice in choices:
         fn = compile_options.jit(emit.to_callable(runner.split.runtime), choice)
@@ -220,7 +224,8 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
 
 def _fall_back(original: Graph, report: Report, reason: str) -> Outcome:
     logger.warning("hlo_opt: keeping the original program (%s)", reason)
-    return Outcome(original, dataclasses.replace(report, fell_back=True, reason=reason))
+    return Outcome(original, dataclasses.replace(report, fell_back=True, reason=reason,
+                                                 compiler_options={}))   # jax.jit's own
 
 
 def _identifier(name: str) -> str:

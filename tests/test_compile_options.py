@@ -104,3 +104,15 @@ def test_the_chosen_options_compile_the_program_that_runs_and_come_back_from_dis
     assert again.explain(W, X).stop_reason == "cached"
     assert again.explain(W, X).compiler_options == NO_YNN
     np.testing.assert_allclose(np.asarray(again(W, X)), np.asarray(first(W, X)), rtol=0)
+
+
+@needs_ynn_choice
+def test_a_program_kept_as_the_original_runs_as_jax_jit_compiles_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "choose_options", lambda *args: dict(NO_YNN))
+    monkeypatch.setattr(pipeline, "FASTER", 0.0)          # nothing beats jax.jit here
+    f = hlo_opt.jit(net, frozen_argnums=(0,), cache_dir=tmp_path, time_limit=2.0)
+    report = f.explain(W, X)
+    assert report.fell_back and report.compiler_options == {}
+    (entry,) = f._entries.values()
+    assert entry.runner is None
+    assert_close(f(W, X), jax.jit(net)(W, X), 1e-6)
