@@ -6,8 +6,9 @@
 
 Each model's programs are compiled with the XLA options `hlo_opt.jit` would choose for it
 on this device (`compile_options`; `--options=defaults` for XLA's own), and its kernels
-are priced compiled the same way. For each model: variants from `variants.py` (layouts, merged dots, split grouped convs,
-and the search's own conv and sequence moves by the verified rules), each priced by the
+are priced compiled the same way. For each model: variants from `variants.py` (layouts,
+merged dots, split grouped convs, and the search's own conv and sequence moves by the
+verified rules), each priced by the
 measured cost model with the weights frozen, and each timed as a whole program
 (weight-only work precomputed, as `frozen_argnums` will do), round-robin over the
 variants so drift hits all alike. Reported: Spearman rank correlation of predicted vs

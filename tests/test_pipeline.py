@@ -28,11 +28,23 @@ def qkv(w, x):
     return jnp.tanh(x @ w["q"]), x @ w["k"], x @ w["v"]
 
 
+def _round_roofline(directory) -> None:
+    """The roofline's round numbers in `directory`'s cache, not a calibration timed under
+    the suite's load: a noisy one can put the merge's predicted gain under the 2% bar
+    (then the original is kept, with no weights to precompute)."""
+    from hlo_opt.cost import analytic, cache, model
+    roofline = cache.Cache("roofline", model.device_header(), directory)
+    roofline.put("peak_flops", analytic.DEFAULT.peak_flops)
+    roofline.put("bandwidth", analytic.DEFAULT.bandwidth)
+    roofline.flush()
+
+
 def _rules(*names):
     return [r for r in library.ALL if r.name in names]
 
 
 def test_shared_input_dots_are_merged_and_agree_with_jax_jit(tmp_path):
+    _round_roofline(tmp_path)
     ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False, **FAST)
     report = ours.explain(W, X)
     assert report.applied.get("merge-dots-shared-lhs", 0) >= 1 and not report.fell_back
@@ -89,6 +101,7 @@ def test_a_planted_slower_result_is_caught_by_measure_final(tmp_path):
 
 
 def test_frozen_weights_are_computed_once_per_distinct_value(tmp_path):
+    _round_roofline(tmp_path)
     ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
                        **FAST)
     want = jax.jit(qkv)(W, X)
