@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from hlo_opt import capture, emit
-from hlo_opt.cost import partition as part
+from hlo_opt.cost import layouts, partition as part
 from helpers import assert_close, run_kernels
 
 NCHW = ("NCHW", "OIHW", "NCHW")
@@ -23,6 +23,15 @@ def conv(x, w, spec=NCHW):
 
 def pool(x):
     return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+
+def copies(kernel) -> int:
+    """Transposes and copies left in the kernel's isolated program, compiled."""
+    program = part.isolate(kernel)
+    args = [jnp.zeros(n.types[0].shape, n.types[0].dtype) for n in program.inputs]
+    hlo = jax.jit(emit.to_callable(program)).lower(*args).compile().as_text()
+    entry = hlo[hlo.index("\nENTRY"):]
+    return len(re.findall(r"%(?:transpose|copy)[\w.-]* = ", entry))
 
 
 def conv_marks(fn, *args):
@@ -45,17 +54,55 @@ def test_a_conv_relu_conv_chain_keeps_the_conv_layout_between_them():
     assert marks == [(False, True), (True, False)]
 
 
-def test_pooling_and_logical_order_readers_break_the_chain():
-    assert conv_marks(lambda x, a, b: conv(pool(conv(x, a)), b), X, W1, W2) == [
-        (False, False), (False, False)]
-    # a reader that is no conv and no loop (here a dot) wants the logical order
+def test_a_conv_result_stays_in_its_order_and_logical_order_readers_pay_the_copy():
+    # pooling keeps the logical order: the conv before it writes its own, the pool reads
+    # that (the copy is in the pool's kernel), and the conv after it reads the logical
+    fn = lambda x, a, b: conv(pool(conv(x, a)), b)  # noqa: E731
+    assert conv_marks(fn, X, W1, W2) == [(False, True), (False, False)]
+    g = capture.capture(fn, (X, W1, W2)).graph
+    (pooling,) = [k for k in part.partition(g, conv_layouts=True) if k.kind == "reduce"]
+    assert [v.node.op for v, _ in pooling.relaid] == ["conv_general_dilated"]
+    # a dot reads the conv's result relaid; the program's result is written logical
     def fn(x, a, b):
         c = conv(x, a)
         return c + 1.0, jnp.sum(c @ b)
-    assert conv_marks(fn, X, W1, jnp.ones((12, 3))) == [(False, False)]
-    # ... and without the dot, the loop and the reduction take the conv's order
+    g = capture.capture(fn, (X, W1, jnp.ones((12, 3)))).graph
+    orders = layouts.memory_orders(g)
+    assert list(orders) == [g.outputs[0].node.inputs[0]]   # the conv's result alone
+    # a reduction takes the order it is given
     assert conv_marks(lambda x, a: jnp.mean(jax.nn.relu(conv(x, a)), (2, 3)), X, W1) == [
         (False, True)]
+
+
+def test_transposes_between_a_layout_and_its_inverse_move_no_data():
+    # NHWC convs with NCHW elementwise work between them, as a residual: the NCHW values
+    # are laid out channels-last and the transposes are bitcasts, so the second loop,
+    # handed the residual `y` so, has no copy left in it, timed alone
+    nhwc = ("NHWC", "HWIO", "NHWC")
+    x, a, c = X.transpose(0, 2, 3, 1), W1.transpose(2, 3, 1, 0), W2.transpose(2, 3, 1, 0)
+    b = jnp.ones((1, 1, 16, 16), jnp.float32) / 16
+    nchw, back = (0, 3, 1, 2), (0, 2, 3, 1)
+
+    def fn(x, a, b, c):
+        y = jnp.tanh(conv(x, a, nhwc).transpose(nchw))
+        z = conv(y.transpose(back), b, nhwc).transpose(nchw)
+        return conv(jnp.tanh(z + y).transpose(back), c, nhwc)
+    g = capture.capture(fn, (x, a, b, c)).graph
+    y = next(n for n in g.nodes if n.op == "tanh").out()
+    assert layouts.memory_orders(g)[y] == (0, 2, 3, 1)
+    second = [k for k in part.partition(g, conv_layouts=True) if k.kind == "loop"][1]
+    assert dict(second.relaid) == {y: (0, 2, 3, 1)}
+    plain = [k for k in part.partition(g) if k.kind == "loop"][1]
+    assert copies(second) == 0 < copies(plain)
+    assert_close(run_kernels(g, part.partition(g, conv_layouts=True), (x, a, b, c)),
+                 [jax.jit(fn)(x, a, b, c)], 1e-5, "bitcast transposes")
+
+
+def test_a_weight_transposed_for_a_dot_is_handed_over_logical():
+    # what a dot or a pool reads is wanted in the logical order: a transposed weight is
+    # a parameter of the per-call program once frozen, not a view of the original
+    g = capture.capture(lambda x, w: x @ w.T, (jnp.ones((4, 8)), jnp.ones((16, 8)))).graph
+    assert layouts.memory_orders(g) == {}
 
 
 def test_a_channels_last_conv_needs_no_relayout():
@@ -77,13 +124,6 @@ def test_relaid_kernels_compose_to_the_whole_program():
 def test_xla_folds_the_isolated_relayout_into_the_conv():
     # The isolated NCHW conv between two relaid values compiles to the weight's copy and
     # the conv alone; timed with logical-order operands it gets a copy on each side.
-    def copies(kernel):
-        program = part.isolate(kernel)
-        args = [jnp.zeros(n.types[0].shape, n.types[0].dtype) for n in program.inputs]
-        hlo = jax.jit(emit.to_callable(program)).lower(*args).compile().as_text()
-        entry = hlo[hlo.index("\nENTRY"):]
-        return len(re.findall(r"%(?:transpose|copy)[\w.-]* = ", entry))
-
     fn = lambda x, a, b, c: conv(jax.nn.relu(conv(jax.nn.relu(conv(x, a)), b)), c)  # noqa
     g = capture.capture(fn, (X, W1, W2, W1[:, :8])).graph
     middle = [k for k in part.partition(g, conv_layouts=True) if k.kind == "contract"][1]

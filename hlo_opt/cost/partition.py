@@ -23,9 +23,11 @@ out near the whole program's time (the fidelity benchmark checks how near):
 6. A kernel of only `reshape` / `squeeze` is a bitcast in row-major memory: it moves no
    data and is marked `free`.
 7. **Conv layouts (CPU).** XLA CPU keeps a conv's activation and result in its own
-   channels-last order through the loops around it; with `conv_layouts` the values that
-   cross kernels so are marked (`layouts.py`) and `isolate` hands them over in that
-   order: an NCHW conv is timed without the two copies the whole program does not make.
+   channels-last order through the loops around it, and makes a transpose a bitcast
+   where it can; with `conv_layouts` the values that cross kernels in another order
+   than the logical one are marked (`layouts.py`) and `isolate` hands them over in that
+   order: an NCHW conv is timed without the two copies the whole program does not make,
+   a loop between transposes without the transposes.
 """
 from __future__ import annotations
 
@@ -135,7 +137,7 @@ def partition(graph: Graph, *, epilogue_fusion: bool = False,
               conv_layouts: bool = False) -> list[Kernel]:
     """The kernels of `graph`, producers first. `epilogue_fusion`: contractions absorb
     their elementwise consumers (XLA on GPU). `conv_layouts`: mark the values that cross
-    to and from convs in the convs' own memory order (XLA on CPU, `layouts.py`)."""
+    kernels in the memory order XLA CPU keeps them in (`layouts.py`)."""
     groups = _Groups(graph)
     for node in graph.nodes:
         kind = _kind(node)
