@@ -293,8 +293,7 @@ def markdown(records, cases, env) -> str:
     for r in records:
         ordered = f"{r['decided_pairs_right'] / r['decided_pairs']:.0%}" \
             if r["decided_pairs"] else "-"
-        compiled = "YNNPACK off" if r.get("compiler_options") == compile_options.label(
-            compile_options.NO_YNN) else (r.get("compiler_options") or "XLA's defaults")
+        compiled = compile_options.describe(compile_options.parse(r.get("compiler_options", "")))
         lines.append(f"| {r['model']} | {compiled} | {len(r['variants'])} | {r['spearman']:.2f} | "
                      f"{r['decided_pairs']} of {r['pairs']} | {ordered} | "
                      f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "

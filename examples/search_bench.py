@@ -32,7 +32,7 @@ from jax import lax
 
 import bench
 import models
-from hlo_opt import capture, cost, pipeline, rules
+from hlo_opt import capture, compile_options, cost, pipeline, rules
 from hlo_opt.search import matched_alone, operations, search
 from hlo_opt.search.core import exhaustive
 
@@ -109,9 +109,18 @@ def _peak(graph, price, algorithm, split, model, costed: int) -> int:
 
 
 def per_model(name, model) -> list[dict]:
+    """Each algorithm's search of the model. A measured cost model times its kernels
+    compiled with the XLA options `hlo_opt.jit` chooses for the model's original
+    (`pipeline.choose_options`), as the search inside `hlo_opt.jit` does."""
     fn, params, inputs = models.build(name, small=FLAGS.small)
     graph = capture.capture(fn, (params, *inputs)).graph
-    price = priced(model, graph, len(jax.tree.leaves(params)))
+    n_frozen = len(jax.tree.leaves(params))
+    options = {}
+    if isinstance(model, cost.Measured):
+        options = pipeline.choose_options(graph, range(n_frozen),
+                                          jax.tree.leaves((params, *inputs)))
+        model = cost.Measured(compiler_options=options)
+    price = priced(model, graph, n_frozen)
     start = price(graph)
     out = []
     for algorithm in FLAGS.algorithms:
@@ -125,7 +134,8 @@ def per_model(name, model) -> list[dict]:
                         "wall_s": wall,
                         "costed": r.stats["costed"], "peak_mib": peak / 2**20,
                         "stop": r.stop_reason, "applied": len(r.applied),
-                        "warming": warming})
+                        "warming": warming,
+                        "compiled_with": compile_options.describe(options)})
             print(f"{name} {algorithm} split={split}: {start / r.cost:.2f}x predicted, "
                   f"{r.stats['seconds']:.1f} s ({wall:.1f} s wall), {r.stats['costed']} graphs",
                   flush=True)
@@ -251,6 +261,9 @@ def exactness() -> dict:
 
 # -- report -------------------------------------------------------------------------------------
 
+DEFAULTS = compile_options.describe({})
+
+
 def markdown(rows, series, exact, env) -> str:
     lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
@@ -261,11 +274,12 @@ def markdown(rows, series, exact, env) -> str:
              f"run before it, their clock leaving out all timing, until one timed nothing "
              f"new, {WARM_RUNS} at most; peak MiB: tracemalloc's, in a run of its own with "
              f"the timed run's graphs costed as budget).", "",
-             "| model | nodes | algorithm | split | predicted speed-up | seconds | wall s "
-             "| warm-ups | graphs costed | peak MiB | stop |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model | compiled with | nodes | algorithm | split | predicted speed-up "
+             "| seconds | wall s | warm-ups | graphs costed | peak MiB | stop |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['nodes']} | {r['algorithm']} | "
+        lines.append(f"| {r['model']} | {r.get('compiled_with', DEFAULTS)} | "
+                     f"{r['nodes']} | {r['algorithm']} | "
                      f"{'yes' if r['split'] else 'no'} | {r['speedup']:.2f}x | "
                      f"{r['seconds']:.1f} | {r['wall_s']:.1f} | {r.get('warming', 1)} | "
                      f"{r['costed']} | "

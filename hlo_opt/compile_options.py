@@ -30,6 +30,7 @@ Options = Mapping[str, str]
 DEFAULT: Options = {}
 NO_YNN: Options = {"xla_cpu_experimental_ynn_fusion_type": ""}   # no YNNPACK fusions
 CHOICES = {"cpu": (NO_YNN,)}       # besides the default, by platform
+NAMES = {"": "XLA's defaults", json.dumps(NO_YNN, sort_keys=True): "YNNPACK off"}  # reports
 
 
 def jit(fun: Callable, options: Options | None = None, **kwargs) -> Callable:
@@ -40,6 +41,12 @@ def jit(fun: Callable, options: Options | None = None, **kwargs) -> Callable:
 def label(options: Options | None) -> str:
     """A stable text for `options` ("" for the defaults): cache keys and reports."""
     return json.dumps(dict(options), sort_keys=True) if options else ""
+
+
+def describe(options: Options | None) -> str:
+    """`options` in words, for a report."""
+    text = label(options)
+    return NAMES.get(text, text)
 
 
 def parse(text: str) -> Options:

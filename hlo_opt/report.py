@@ -33,7 +33,7 @@ class Report:
             ("measured", f"{fmt(self.measured_before)} -> {fmt(self.measured_after)}"),
             ("search", f"{self.search_seconds:.2f} s ({self.stop_reason or '-'})"),
             ("fell back", f"yes: {self.reason}" if self.fell_back else "no"),
-            ("compile options", compile_options.label(self.compiler_options) or "XLA's defaults"),
+            ("compile options", compile_options.describe(self.compiler_options)),
         ]
         rows += [(f"rule {name}", f"x{count}") for name, count in sorted(self.applied.items())]
         if not self.applied:

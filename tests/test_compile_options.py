@@ -41,6 +41,9 @@ def _hlo(fn, *args) -> str:
 def test_labels_round_trip():
     assert compile_options.label({}) == "" and compile_options.parse("") == {}
     assert compile_options.parse(compile_options.label(NO_YNN)) == NO_YNN
+    assert compile_options.describe(NO_YNN) == "YNNPACK off"
+    assert compile_options.describe({}) == "XLA's defaults"
+    assert compile_options.describe(BOGUS) == compile_options.label(BOGUS)
 
 
 @needs_ynn_choice
