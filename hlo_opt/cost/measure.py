@@ -11,6 +11,7 @@ jax's dispatch, measured once per process — is subtracted, with a floor of `EP
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hlo_opt import compile_options, emit
+from hlo_opt.cost import residency
 from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
@@ -26,6 +28,7 @@ EPSILON = 1e-7
 METHOD = 5         # bump when timing changes: the cache keeps no entry timed another way
 SHORT = 1e-3       # programs faster than this are timed as COPIES instances in one call
 COPIES = 8
+MAX_ROTATION = 32  # copies of a program's cold inputs at most (`rotating`)
 REPLICA_BYTES = 4 << 20    # ... but no more copies than fit this many bytes together
 FIRST_WAKE = 0.3   # `warm_up`: seconds of running a reference in a process's first timing,
 WAKE_LIMIT = 0.25  # ... and at most this long in later ones, until it runs this close
@@ -161,21 +164,24 @@ def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int,
 
 
 def time_graph(graph: Graph, *, repeats: int = 5, min_sample: float = 2e-3,
-               seed: int = 0, options=None) -> float:
+               seed: int = 0, options=None, cold: Sequence[int] = ()) -> float:
     """Seconds one run of `graph` takes inside a larger program on this device
     (`time_graphs` of one graph)."""
     seconds = time_graphs([graph], repeats=repeats, min_sample=min_sample, seed=seed,
-                          options=options)[0]
+                          options=options, cold=[cold])[0]
     if isinstance(seconds, Exception):
         raise seconds
     return seconds
 
 
 def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float = 2e-3,
-                seed: int = 0, options=None) -> list[float | Exception]:
+                seed: int = 0, options=None, cold: Sequence[Sequence[int]] | None = None
+                ) -> list[float | Exception]:
     """Seconds one run of each graph takes inside a larger program on this device, or
     the exception that stopped it compiling or running; compiled with `options`
-    (`compile_options`: XLA's defaults when None).
+    (`compile_options`: XLA's defaults when None). `cold[i]`: the inputs of graph `i`
+    the program reads from main memory (`residency.py`); each call reads them from the
+    next of enough copies to overflow the last-level cache.
 
     All are compiled first, then timed back to back. A program timed right after its
     compile reads slow: on the 2-core VM, a 0.6 ms dot timed after each compile read
@@ -194,10 +200,13 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
     each as the three dots of one program, on that machine: 2 MiB L2 per core, 32 MiB
     L3). With 4 MiB, the cost model called the sign of every case of cost_fidelity.py."""
     warm_up()
-    alone = _time_batch(graphs, repeats, min_sample, seed, options)
+    cold = list(cold or [()] * len(graphs))
+    alone = _time_batch(graphs, cold, repeats, min_sample, seed, options)
     short = [i for i, s in enumerate(alone) if not isinstance(s, Exception)
              and s < SHORT and replicas(graphs[i]) > 1]
     many = _time_batch([replicate(graphs[i], replicas(graphs[i])) for i in short],
+                       [[j + k * len(graphs[i].inputs) for k in range(replicas(graphs[i]))
+                         for j in cold[i]] for i in short],
                        repeats, min_sample, seed, options)
     out = [s if isinstance(s, Exception) else s - dispatch_overhead() for s in alone]
     for i, s in zip(short, many):
@@ -206,9 +215,10 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
     return [s if isinstance(s, Exception) else max(s, EPSILON) for s in out]
 
 
-def _time_batch(graphs: Sequence[Graph], repeats: int, min_sample: float,
-                seed: int, options=None) -> list[float | Exception]:
-    """Compile and run each once, then time each (least of `repeats` samples)."""
+def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats: int,
+                min_sample: float, seed: int, options=None) -> list[float | Exception]:
+    """Compile and run each once, then time each (least of `repeats` samples), its
+    `cold` inputs in turn from copies (`rotating`)."""
     ready: list = []
     for graph in graphs:
         try:
@@ -219,16 +229,31 @@ def _time_batch(graphs: Sequence[Graph], repeats: int, min_sample: float,
             ready.append(err)
     warm_up()                                  # wake the workers the compiles let sleep
     out: list[float | Exception] = []
-    for r in ready:
+    for r, inputs in zip(ready, cold):
         try:
             out.append(r if isinstance(r, Exception) else
-                       time_callable(*r, repeats=repeats, min_sample=min_sample))
+                       time_callable(*rotating(*r, inputs), repeats=repeats,
+                                     min_sample=min_sample))
         except Exception as err:  # noqa: BLE001
             out.append(err)
     for r in ready:
         if not isinstance(r, Exception):
             release(r[0])
     return out
+
+
+def rotating(fn: Callable, args: list, cold: Sequence[int]) -> tuple[Callable, tuple]:
+    """(callable, arguments) that call `fn` with the `cold` arguments taken in turn from
+    copies that together overflow the last-level cache twice over, so each call reads
+    them from main memory; `fn` and `args` as they are when there are none."""
+    nbytes = sum(args[i].nbytes for i in cold)
+    if not nbytes:
+        return fn, tuple(args)
+    copies = min(MAX_ROTATION, -(-2 * residency.last_level_cache() // nbytes))
+    sets = [args] + [[jnp.array(a, copy=True) if i in cold else a for i, a in enumerate(args)]
+                     for _ in range(copies - 1)]
+    turn = itertools.cycle(sets)
+    return (lambda: fn(*next(turn))), ()
 
 
 def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,

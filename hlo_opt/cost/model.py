@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 import jax
 
 from hlo_opt import compile_options
-from hlo_opt.cost import analytic, measure, memory
+from hlo_opt.cost import analytic, measure, memory, residency
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition
 from hlo_opt.frozen import split, weight_only
@@ -106,6 +106,9 @@ class CostModel:
         kernels = partition(graph, epilogue_fusion=self.platform == "gpu",
                             conv_layouts=self.platform == "cpu")
         pre = [all(v.node in fixed for v in kernel.inputs) for kernel in kernels]
+        if self.platform == "cpu":
+            kernels = [dataclasses.replace(k, cold=c) if c else k for k, c in
+                       zip(kernels, residency.cold(graph, kernels, pre, fixed))]
         price = self._price
         if self.timed_whole(graph, frozen):
             price = self.estimate
@@ -219,13 +222,15 @@ class Measured(CostModel):
                     or (self._seen is not None and key in self._seen):
                 continue
             program = self._isolated[key] = isolate(kernel)
-            if program.digest not in todo and self.cache.get(program.digest) is None:
-                todo[program.digest] = program
+            timing = _timing(program, kernel)
+            if timing not in todo and self.cache.get(timing) is None:
+                todo[timing] = program, _cold(kernel)
         if not todo:
             return
         started = time.perf_counter()
-        timed = measure.time_graphs(list(todo.values()), repeats=self.repeats,
-                                    min_sample=self.min_sample, options=self.options)
+        timed = measure.time_graphs([p for p, _ in todo.values()], repeats=self.repeats,
+                                    min_sample=self.min_sample, options=self.options,
+                                    cold=[c for _, c in todo.values()])
         self.measuring += time.perf_counter() - started
         for digest, seconds in zip(todo, timed):
             if isinstance(seconds, Exception):
@@ -242,22 +247,23 @@ class Measured(CostModel):
         if not _runs_alone(kernel):
             return self.fallback().kernel_seconds(kernel)
         program = self._isolated.pop(_key(kernel), None) or isolate(kernel)
-        if program.digest in self._failed:
+        timing = _timing(program, kernel)
+        if timing in self._failed:
             return self.fallback().kernel_seconds(kernel)
-        seconds = self.cache.get(program.digest)
+        seconds = self.cache.get(timing)
         if seconds is None:
             started = time.perf_counter()
             try:
                 seconds = measure.time_graph(program, repeats=self.repeats,
                                              min_sample=self.min_sample,
-                                             options=self.options)
+                                             options=self.options, cold=_cold(kernel))
             except Exception as err:  # noqa: BLE001 - price it, don't fail the search
                 logger.debug("hlo_opt: cannot time kernel %s alone (%s); using the "
                              "roofline", [n.op for n in kernel.nodes], err)
                 return self.fallback().kernel_seconds(kernel)
             finally:
                 self.measuring += time.perf_counter() - started
-            self.cache.put(program.digest, seconds)
+            self.cache.put(timing, seconds)
             self.measured += 1
         return float(seconds)
 
@@ -279,7 +285,7 @@ class Measured(CostModel):
         if kernel.kind == "free":
             return 0.0
         if _runs_alone(kernel):
-            seconds = self.cache.get(isolate(kernel).digest)
+            seconds = self.cache.get(_timing(isolate(kernel), kernel))
             if seconds is not None:
                 return float(seconds)
         return self.fallback().kernel_seconds(kernel)
@@ -370,9 +376,22 @@ class Measured(CostModel):
 
 
 def _key(kernel: Kernel) -> tuple:
-    """A kernel's identity within one search: its node objects, boundary values and the
-    layouts they cross in."""
-    return kernel.nodes, kernel.inputs, kernel.outputs, kernel.relaid
+    """A kernel's identity within one search: its node objects, boundary values, the
+    layouts they cross in and which come from main memory."""
+    return kernel.nodes, kernel.inputs, kernel.outputs, kernel.relaid, kernel.cold
+
+
+def _cold(kernel: Kernel) -> tuple[int, ...]:
+    """The positions of the kernel's cold inputs among its isolated program's inputs
+    (`isolate`: one per input that is not a constant)."""
+    inputs = [v for v in kernel.inputs if v.node.op != "const"]
+    return tuple(i for i, v in enumerate(inputs) if v in kernel.cold)
+
+
+def _timing(program: Graph, kernel: Kernel) -> str:
+    """The cache key of a kernel's timing: its isolated program, and its cold inputs."""
+    cold = _cold(kernel)
+    return program.digest if not cold else f"{program.digest}:cold{list(cold)}"
 
 
 def _runs_alone(kernel: Kernel) -> bool:

@@ -58,6 +58,7 @@ class Kernel:
     kind: str          # "loop", "reduce", "contract", "opaque" or "free"
     relaid: tuple[tuple[Value, tuple[int, ...]], ...] = ()   # (value, memory order) it
     # reads or writes in a conv's order, not the logical one (`layouts.py`; CPU only)
+    cold: tuple[Value, ...] = ()   # inputs it reads from main memory (`residency.py`)
 
     def __len__(self) -> int:
         return len(self.nodes)
