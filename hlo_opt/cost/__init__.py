@@ -1,6 +1,8 @@
 """The cost model: how long a Graph takes on this device.
 
 - `partition`: the graph split into the kernels XLA fuses it into;
+- `layouts`: the memory order XLA CPU keeps each value in between kernels;
+- `residency`: which kernel operands the program reads from main memory each call;
 - `measure`: timing a small program here (jitted microbenchmarks);
 - `cache`: the on-disk JSON cache of those timings;
 - `analytic`: a calibrated roofline, for tests and as fallback;

@@ -227,10 +227,10 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
             ready.append((fn, args))
         except Exception as err:  # noqa: BLE001 - the caller prices it another way
             ready.append(err)
-    warm_up()                                  # wake the workers the compiles let sleep
     out: list[float | Exception] = []
     for r, inputs in zip(ready, cold):
-        try:
+        warm_up()     # wake the workers the compiles let sleep, and see the machine is
+        try:          # at its best speed again before each program
             out.append(r if isinstance(r, Exception) else
                        time_callable(*rotating(*r, inputs), repeats=repeats,
                                      min_sample=min_sample))

@@ -1,6 +1,10 @@
 """Graph cost = the sum of its kernels' costs, each measured (and cached) or estimated,
 plus the page faults of its buffers past malloc's mmap line (`memory.py`).
 
+Each kernel is timed as the program runs it: its values in the memory order the program
+keeps them in (`layouts.py`), its parameters read from main memory where the program's
+overflow the last-level cache (`residency.py`).
+
 Contract: `CostModel.cost(graph, frozen=...)` returns a `Cost` whose `total` is the
 predicted seconds of one run of the graph on this device, and whose `kernels` say where
 that time goes. Kernels that depend only on frozen inputs (weights at inference) and
