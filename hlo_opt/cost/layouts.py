@@ -56,7 +56,8 @@ def memory_orders(graph: Graph) -> dict[Value, Perm]:
     """The memory order XLA CPU's layout assignment gives each value that is not in the
     logical one. Fixed, in this priority: the program's parameters and results (logical),
     then what an op makes in its own order (a conv's result in the conv's; pooling, a
-    dot, an opaque op: logical), then a conv's activation (the conv's). The rest take
+    dot, an opaque op: logical), then what an op reads in one (a conv's activation and
+    weight in the conv's; a dot's, pooling's, a reshape's operands: logical). The rest take
     the order of the nearest fixed value (breadth first, ties to the first fixed), along
     the ops that pass a layout on: elementwise ops between same-shape operands and
     result, and the same-rank layout ops (a transpose permutes the order, so that it is
