@@ -56,7 +56,7 @@ def run_kernels(graph, kernels, args) -> list:
     (`cost.partition.isolate`); values that cross in a conv's own order are handed over
     in it."""
     from hlo_opt import emit
-    from hlo_opt.cost import partition
+    from hlo_opt.cost import layouts, partition
 
     env = dict(zip((n.out() for n in graph.inputs), args))
     for kernel in kernels:
@@ -64,6 +64,6 @@ def run_kernels(graph, kernels, args) -> list:
         ins = [env[v] if v not in kept else env[v].transpose(kept[v])
                for v in kernel.inputs if v.node.op != "const"]
         outs = emit.run(partition.isolate(kernel), ins)
-        env.update((v, o if v not in kept else o.transpose(partition.inverse(kept[v])))
+        env.update((v, o if v not in kept else o.transpose(layouts.inverse(kept[v])))
                    for v, o in zip(kernel.outputs, outs))
     return [env[v] for v in graph.outputs]

@@ -69,7 +69,7 @@ def memory_orders(graph: Graph) -> dict[Value, Perm]:
 
     def link(a: Value, b: Value, perm: Perm | None = None) -> None:
         links.setdefault(a, []).append((b, perm))
-        links.setdefault(b, []).append((a, None if perm is None else _inverse(perm)))
+        links.setdefault(b, []).append((a, None if perm is None else inverse(perm)))
 
     fixed: dict[Value, Perm] = {}
     for v in [n.out() for n in graph.inputs] + list(graph.outputs):
@@ -104,7 +104,7 @@ def memory_orders(graph: Graph) -> dict[Value, Perm]:
             if u not in order:
                 # u = transpose(v, perm): u's dims in v's memory sequence
                 order[u] = order[v] if perm is None else tuple(
-                    _inverse(perm)[d] for d in order[v])
+                    inverse(perm)[d] for d in order[v])
                 todo.append(u)
     return {v: p for v, p in order.items() if not _identity(p)}
 
@@ -118,7 +118,8 @@ def _logical(v: Value) -> Perm:
     return tuple(range(len(v.type.shape)))
 
 
-def _inverse(perm: Perm) -> Perm:
+def inverse(perm: Perm) -> Perm:
+    """The permutation that undoes `perm`."""
     return tuple(sorted(range(len(perm)), key=perm.__getitem__))
 
 

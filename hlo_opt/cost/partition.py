@@ -37,6 +37,7 @@ from collections.abc import Iterable
 
 from hlo_opt import ops
 from hlo_opt.cost import layouts
+from hlo_opt.cost.layouts import inverse
 from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.params import Params
 from hlo_opt.ops.table import CONTRACT, ELEMENTWISE, INDEX, LAYOUT, OPAQUE, REDUCE, SOURCE, WINDOW
@@ -216,7 +217,3 @@ def isolate(kernel: Kernel) -> Graph:
     return Graph(inputs, [env[v] if v not in order else
                           ops.make("transpose", [env[v]], permutation=order[v]).out()
                           for v in kernel.outputs])
-
-
-def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(sorted(range(len(perm)), key=perm.__getitem__))
