@@ -12,8 +12,9 @@ verified rules), each priced by the
 measured cost model with the weights frozen, and each timed as a whole program
 (weight-only work precomputed, as `frozen_argnums` will do), round-robin over the
 variants so drift hits all alike. Reported: Spearman rank correlation of predicted vs
-measured; the pairs of variants whose order the rounds decide (a sign test) and how
-many of those the model orders right; and how far the predicted speed-up over the
+measured, and of the measurement with itself (even rounds against odd, `split_half`);
+the pairs of variants whose order the rounds decide (a sign test) and how many of
+those the model orders right; and how far the predicted speed-up over the
 original is from the measured one. Then the sign cases of the cost-model issue: each a
 pair of programs whose speed-up was measured as a win or a loss; the model must call
 the sign this device measures, where a sign test over the rounds decides one.
@@ -98,6 +99,19 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def split_half(ratios) -> float:
+    """Spearman of the measured order with itself: the variants ranked by their median
+    time relative to the original over the even rounds against the same over the odd
+    rounds. Where the machine cannot order the variants apart from its noise, neither
+    can any cost model, and this says by how much: half the rounds rank less steadily
+    than all of them, so it is a floor on the measurement's own agreement, and a model
+    whose Spearman is near it orders the variants as well as a second run would."""
+    def relative(rounds):
+        return [statistics.median(1 / r[i] for i in rounds) for r in ratios]
+    n = len(ratios[0])
+    return spearman(relative(range(0, n, 2)), relative(range(1, n, 2)))
+
+
 def _speedup_errors(pred, meas) -> list[float]:
     return [abs((pred[0] / p) / (meas[0] / m) - 1) for p, m in zip(pred[1:], meas[1:])]
 
@@ -134,7 +148,7 @@ def fidelity(name: str, cache_dir: str) -> dict:
     return {"model": name, "compiler_options": compile_options.label(options),
             "variants": [{"name": n, "predicted_s": p, "measured_s": m}
                                         for (n, _), p, m in zip(found, predicted, measured)],
-            "spearman": spearman(predicted, measured),
+            "spearman": spearman(predicted, measured), "split_half": split_half(ratios),
             "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
             "speedup_error_median": statistics.median(errors) if errors else None,
             "speedup_error_max": max(errors) if errors else None,
@@ -286,15 +300,16 @@ def markdown(records, cases, env) -> str:
     lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
              f"{env['date']}, by `{bench.command_line()}`.", "",
-             "| model | compiled with | variants | Spearman | pairs decided | of those, "
+             "| model | compiled with | variants | Spearman | measured vs itself | pairs decided | of those, "
              "ordered right | speed-up error median / max | within 15% "
              "| price kernels cold / warm (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         ordered = f"{r['decided_pairs_right'] / r['decided_pairs']:.0%}" \
             if r["decided_pairs"] else "-"
         compiled = compile_options.describe(compile_options.parse(r.get("compiler_options", "")))
         lines.append(f"| {r['model']} | {compiled} | {len(r['variants'])} | {r['spearman']:.2f} | "
+                     f"{r.get('split_half', float('nan')):.2f} | "
                      f"{r['decided_pairs']} of {r['pairs']} | {ordered} | "
                      f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "
                      f"{r['within_15pct']:.0%} | {r['cold_s']:.1f} / {r['warm_s']:.2f} |")
@@ -316,7 +331,8 @@ def run(cache_dir: str) -> None:
         logging.warning("cost fidelity: %s", name)
         records.append(fidelity(name, cache_dir))
         r = records[-1]
-        print(f"{name}: {len(r['variants'])} variants, Spearman {r['spearman']:.2f}, "
+        print(f"{name}: {len(r['variants'])} variants, Spearman {r['spearman']:.2f} "
+              f"(measured vs itself {r['split_half']:.2f}), "
               f"speed-up error median {r['speedup_error_median']:.0%}", flush=True)
     cases = sign_cases(cost.Measured(cache_dir)) if FLAGS.cases else []
     env = bench.environment()

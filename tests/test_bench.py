@@ -73,6 +73,16 @@ def test_fidelity_counts_only_the_pairs_the_rounds_order():
     assert cost_fidelity.decided_pairs(predicted, ratios) == (3, 2, 1)
 
 
+def test_split_half_ranks_the_measurement_against_itself():
+    import cost_fidelity
+    # Three variants 1.0x, 1.5x, 2.0x faster than variant 0 in every round: both halves
+    # rank them alike. Swap variants 2 and 3 in the odd rounds: the halves disagree.
+    steady = [[1.0] * 6, [1.0] * 6, [1.5] * 6, [2.0] * 6]
+    assert cost_fidelity.split_half(steady) == pytest.approx(1.0)
+    swapped = [[1.0] * 6, [1.0] * 6, [1.5, 2.0] * 3, [2.0, 1.5] * 3]
+    assert cost_fidelity.split_half(swapped) < 0.9
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
