@@ -38,6 +38,9 @@ from hlo_opt.search.core import exhaustive
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
 flags.DEFINE_list("algorithms", ["greedy", "backtracking", "sampling"], "Algorithms.")
+flags.DEFINE_list("splits", ["no", "yes"], "Each algorithm without the split, with it.")
+flags.register_validator("splits", lambda v: set(v) <= {"no", "yes"},
+                         "--splits takes no and/or yes")
 flags.DEFINE_integer("split_threshold", 150, "Node count above which the split is used.")
 flags.DEFINE_integer("exact_cases", 40, "Random small graphs for the exactness check.")
 flags.DEFINE_bool("scaling", True, "Run the scaling series.")
@@ -131,7 +134,7 @@ def per_model(name, model) -> list[dict]:
     start = price(graph)
     out = []
     for algorithm in FLAGS.algorithms:
-        for split in (False, True):
+        for split in [s == "yes" for s in FLAGS.splits]:
             warming = _warm(graph, price, algorithm, split, model)
             r, wall = one_search(graph, price, algorithm, split, model)
             peak = _peak(graph, price, algorithm, split, model, r.stats["costed"])
