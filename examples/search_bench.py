@@ -7,7 +7,7 @@
    graph split: the best predicted cost found and its speed-up over the original under
    the same cost model (measured, weights frozen), search seconds, graphs costed, peak
    Python memory (tracemalloc, in a run of its own: see `_peak`). Each search runs, for
-   twice its time limit, until a run times no new kernel or program (at most `WARM_RUNS`
+   `WARM_SPAN` time limits, until a run times no new kernel or program (at most `WARM_RUNS`
    times, see `_warm`), then once more, which is reported: the figures are the search's,
    not those of timing new kernels (a warm cache).
 2. OCGGS Fig. 4's series: ResNet with 2/4/6/8 blocks and Inception-v3 with 1-4 C
@@ -95,7 +95,9 @@ def _warm(graph, price, algorithm, split, model) -> int:
     longer (its part of the split too), so a longer one meets what the reported one
     will, where one as long ends where its own speed that run put it. With one time
     limit, the split searches of Inception-v3, BERT and SRU still met new candidates
-    after 4-5 runs, and their reported runs spent 9-10 s timing (2026-11-23, d114ebf)."""
+    after 4-5 runs, and their reported runs spent 9-10 s timing (2026-11-23, d114ebf);
+    with two, those rows read 8.5-10.9 s of wall where they read 10.2-20.4 (2026-11-24,
+    SRU's two still over 10 s after 4-5 runs: its parts are timed whole)."""
     limit = (FLAGS.time_limit or TIME_LIMIT) * WARM_SPAN
     for run in range(1, WARM_RUNS + 1):
         before = _timed(model)
@@ -282,8 +284,9 @@ def markdown(rows, series, exact, env) -> str:
              f"on `hlo_opt.jit`'s clock (seconds: the search's own; wall: with the first "
              f"timing of kernels the warm-up runs did not meet; warm-ups: the searches "
              f"run before it, for {WARM_SPAN} time limits each, their clock leaving out all "
-             f"timing, until one timed nothing new, {WARM_RUNS} at most; peak MiB: tracemalloc's, in a run of its own with "
-             f"the timed run's graphs costed as budget).", "",
+             f"timing, until one timed nothing new, {WARM_RUNS} at most; peak MiB: "
+             f"tracemalloc's, in a run of its own with the timed run's graphs costed as "
+             f"budget).", "",
              "| model | compiled with | nodes | algorithm | split | predicted speed-up "
              "| seconds | wall s | warm-ups | graphs costed | peak MiB | stop |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
