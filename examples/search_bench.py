@@ -7,7 +7,7 @@
    graph split: the best predicted cost found and its speed-up over the original under
    the same cost model (measured, weights frozen), search seconds, graphs costed, peak
    Python memory (tracemalloc, in a run of its own: see `_peak`). Each search runs, for
-   `WARM_SPAN` time limits, until a run times no new kernel or program (at most `WARM_RUNS`
+   `--warm_span` time limits, until a run times no new kernel or program (at most `WARM_RUNS`
    times, see `_warm`), then once more, which is reported: the figures are the search's,
    not those of timing new kernels (a warm cache).
 2. OCGGS Fig. 4's series: ResNet with 2/4/6/8 blocks and Inception-v3 with 1-4 C
@@ -47,6 +47,10 @@ flags.DEFINE_bool("scaling", True, "Run the scaling series.")
 flags.DEFINE_string("cost", "measured", "Cost model: measured or analytic.")
 flags.DEFINE_string("out", "results", "Directory for search_bench.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's search_bench section.")
+flags.DEFINE_integer("warm_span", 2, "Time limit of the warm-up searches, in the reported "
+                     "search's: two meet more of what it will (see `_warm`); one takes "
+                     "a full run about 1.5 hours on 2 cores, where two take several.")
+flags.register_validator("warm_span", lambda v: v >= 1, "--warm_span takes 1 or more")
 FLAGS = flags.FLAGS
 TIME_LIMIT = 10.0       # seconds per search unless --time_limit (bench.py's flag) says
 
@@ -55,7 +59,6 @@ GROWTH = 1.6            # node cap of enumeration and search alike, so the space
 SCALING_PART = 40       # split threshold of the scaling series
 SCALING_SEEDS = 6       # sampling seeds per point; the median search is reported
 WARM_RUNS = 5           # searches to warm the cache with, at most
-WARM_SPAN = 2           # their time limit, in the reported search's
 
 
 def priced(model, graph, n_frozen):
@@ -91,14 +94,14 @@ def _warm(graph, price, algorithm, split, model) -> int:
     most). Their clock leaves out all timing, not only the pipeline's allowance: with
     it, each of NasRNN's runs timed a time limit's worth of new programs (about 25 of
     the 46-244 it explores) and three such runs left the reported one cold. And they
-    run `WARM_SPAN` time limits: on a warm cache a search is the same search run for
+    run `--warm_span` time limits: on a warm cache a search is the same search run for
     longer (its part of the split too), so a longer one meets what the reported one
     will, where one as long ends where its own speed that run put it. With one time
     limit, the split searches of Inception-v3, BERT and SRU still met new candidates
     after 4-5 runs, and their reported runs spent 9-10 s timing (2026-11-23, d114ebf);
     with two, those rows read 8.5-10.9 s of wall where they read 10.2-20.4 (2026-11-24,
     SRU's two still over 10 s after 4-5 runs: its parts are timed whole)."""
-    limit = (FLAGS.time_limit or TIME_LIMIT) * WARM_SPAN
+    limit = (FLAGS.time_limit or TIME_LIMIT) * FLAGS.warm_span
     for run in range(1, WARM_RUNS + 1):
         before = _timed(model)
         one_search(graph, price, algorithm, split, model, limit=limit, extra=float("inf"))
@@ -283,8 +286,8 @@ def markdown(rows, series, exact, env) -> str:
              f"weights frozen, warm cache; time limit {FLAGS.time_limit or TIME_LIMIT:g} s per search, "
              f"on `hlo_opt.jit`'s clock (seconds: the search's own; wall: with the first "
              f"timing of kernels the warm-up runs did not meet; warm-ups: the searches "
-             f"run before it, for {WARM_SPAN} time limits each, their clock leaving out all "
-             f"timing, until one timed nothing new, {WARM_RUNS} at most; peak MiB: "
+             f"run before it, for {FLAGS.warm_span} time limit(s) each, their clock leaving "
+             f"out all timing, until one timed nothing new, {WARM_RUNS} at most; peak MiB: "
              f"tracemalloc's, in a run of its own with the timed run's graphs costed as "
              f"budget).", "",
              "| model | compiled with | nodes | algorithm | split | predicted speed-up "
