@@ -49,9 +49,9 @@ flags.DEFINE_string("cost", "measured", "Cost model: measured or analytic.")
 flags.DEFINE_string("out", "results", "Directory for search_bench.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's search_bench section.")
 flags.DEFINE_integer("warm_span", 2, "Time limit of the warm-up searches, in the reported "
-                     "search's: two meet more of what it will (see `_warm`); with one, "
-                     "46 of the 48 rows ran in 1.5 hours on 2 cores, where two took "
-                     "58 minutes for SRU's two split rows alone.")
+                     "search's: two meet more of what it will (see `_warm`); with one "
+                     "and the reruns (`_reported`), the 48 rows ran in 1 h 46 min on 2 "
+                     "cores, where two took 58 minutes for SRU's two split rows alone.")
 flags.register_validator("warm_span", lambda v: v >= 1, "--warm_span takes 1 or more")
 FLAGS = flags.FLAGS
 TIME_LIMIT = 10.0       # seconds per search unless --time_limit (bench.py's flag) says
