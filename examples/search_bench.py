@@ -92,6 +92,17 @@ def _timed(model) -> tuple[int, int]:
     return getattr(model, "measured", 0), getattr(model, "programs", 0)
 
 
+def _until_quiet(model, most: int, run):
+    """Calls `run()` until a call times nothing new (`_timed`), `most` calls at most;
+    returns (the last call's result, the calls made)."""
+    for calls in range(1, most + 1):
+        before = _timed(model)
+        out = run()
+        if _timed(model) == before:
+            break
+    return out, calls
+
+
 def _warm(graph, price, algorithm, split, model) -> int:
     """Searches run to fill the cache, until one times nothing new (`WARM_RUNS` at
     most). Their clock leaves out all timing, not only the pipeline's allowance: with
@@ -105,12 +116,9 @@ def _warm(graph, price, algorithm, split, model) -> int:
     with two, those rows read 8.5-10.9 s of wall where they read 10.2-20.4 (2026-11-24,
     SRU's two still over 10 s after 4-5 runs: its parts are timed whole)."""
     limit = (FLAGS.time_limit or TIME_LIMIT) * FLAGS.warm_span
-    for run in range(1, WARM_RUNS + 1):
-        before = _timed(model)
-        one_search(graph, price, algorithm, split, model, limit=limit, extra=float("inf"))
-        if _timed(model) == before:
-            break
-    return run
+    _, runs = _until_quiet(model, WARM_RUNS, lambda: one_search(
+        graph, price, algorithm, split, model, limit=limit, extra=float("inf")))
+    return runs
 
 
 def _reported(graph, price, algorithm, split, model) -> tuple[object, float, int]:
@@ -121,12 +129,9 @@ def _reported(graph, price, algorithm, split, model) -> tuple[object, float, int
     search, faster than a warm-up timing as it goes, reaches candidates they did not:
     with warm-ups of one time limit, 11 of 46 rows read 10.2-20.3 s of wall where the
     search's own clock read at most 10.3 (2026-11-24, 602bdbc)."""
-    for rerun in range(REPORT_RUNS):
-        before = _timed(model)
-        r, wall = one_search(graph, price, algorithm, split, model)
-        if _timed(model) == before:
-            break
-    return r, wall, rerun
+    (r, wall), runs = _until_quiet(model, REPORT_RUNS, lambda: one_search(
+        graph, price, algorithm, split, model))
+    return r, wall, runs - 1
 
 
 def _peak(graph, price, algorithm, split, model, costed: int) -> int:
