@@ -337,11 +337,11 @@ def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, mon
     asleep): `cost` compiles every kernel it has not timed, then times them back to back."""
     from hlo_opt.cost import measure
     events = []
-    compiled, timed = measure.compiled, measure.time_callable
+    compiled, timed = measure.compiled, measure.sample_size
     monkeypatch.setattr(measure, "compiled",
                         lambda g, seed=0, options=None:
                         events.append("compile") or compiled(g, seed, options))
-    monkeypatch.setattr(measure, "time_callable",
+    monkeypatch.setattr(measure, "sample_size",
                         lambda *a, **k: events.append("time") or timed(*a, **k))
     g = graph_of(lambda x, w, v: jnp.tanh(x @ w) @ v, X, W, W.T)
     model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
@@ -352,6 +352,30 @@ def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, mon
     assert first.count("compile") == 3       # all three compiled before the first timing
     assert cost.Measured(tmp_path, repeats=2, min_sample=1e-4,
                          whole_below=0.0).cost(g).total == c.total    # and cached
+
+
+def test_a_batchs_programs_are_sampled_in_rounds_not_one_after_another(monkeypatch):
+    """The machine's speed moves in spells longer than one program's samples: each round
+    takes one sample of every program, so no program is sampled twice running, and
+    each program's timing is the least of its samples."""
+    from hlo_opt.cost import measure
+    order, samples = [], {}
+    real = measure._sample
+
+    def sample(fn, args, number):
+        seconds = real(fn, args, number)
+        order.append(fn)
+        samples.setdefault(fn, []).append(seconds)
+        return seconds
+    monkeypatch.setattr(measure, "_sample", sample)
+    fns = [jax.jit(lambda x, k=k: jnp.tanh(x) * k) for k in range(3)]
+    calls = [(f, (X,), 2) for f in fns] + [ValueError("would not compile")]
+    out = measure.least_in_rounds(calls, repeats=3)
+    assert isinstance(out[3], ValueError)
+    assert len(order) >= 9 and len(order) % 3 == 0
+    assert all(a is not b for a, b in zip(order, order[1:]))
+    assert order[:3] == fns
+    assert out[:3] == [min(samples[f]) for f in fns]
 
 
 @pytest.mark.parametrize("whole, timed_whole", [(0.5e-3, True), (1.5e-3, False)])

@@ -25,7 +25,7 @@ from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
 EPSILON = 1e-7
-METHOD = 6         # bump when timing changes: the cache keeps no entry timed another way
+METHOD = 7         # bump when timing changes: the cache keeps no entry timed another way
 SHORT = 1e-3       # programs faster than this are timed as COPIES instances in one call
 COPIES = 8
 MAX_ROTATION = 32  # copies of a program's cold inputs at most (`rotating`)
@@ -34,6 +34,8 @@ FIRST_WAKE = 0.3   # `warm_up`: seconds of running a reference in a process's fi
 WAKE_LIMIT = 0.25  # ... and at most this long in later ones, until it runs this close
 WAKE_WITHIN = 1.25 # to its best speed (hot, the median call reads 1.14x the least)
 WAKE_CALLS = 10    # as the median of this many calls
+SPAN = 0.05        # `least_in_rounds`: seconds a batch's samples span at least, in
+MAX_ROUNDS = 4     # ... at most this many times its rounds
 SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
@@ -74,14 +76,58 @@ def settle(fn: Callable, args, seconds: float) -> None:
         jax.block_until_ready(fn(*args))
 
 
-def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2e-3) -> float:
-    """Least seconds per call of `fn(*args)` over `repeats` samples (compiled or not)."""
+def sample_size(fn: Callable, args, min_sample: float) -> int:
+    """Calls of `fn(*args)` that make a sample of at least `min_sample` seconds, read off
+    its first calls (the first of all compiles it, or warms it up)."""
     jax.block_until_ready(fn(*args))                 # compile
     once = per_call(fn, args, 1)                     # warm up, and choose the sample size
     if once < min_sample:       # (a long call is a sample of its own however long it is)
         once = min(once, *(per_call(fn, args, 1) for _ in range(2)))
-    number = max(1, int(min_sample / max(once, 1e-9)))
+    return max(1, int(min_sample / max(once, 1e-9)))
+
+
+def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2e-3) -> float:
+    """Least seconds per call of `fn(*args)` over `repeats` samples (compiled or not)."""
+    number = sample_size(fn, args, min_sample)
     return min(per_call(fn, args, number) for _ in range(repeats))
+
+
+def least_in_rounds(calls: Sequence[tuple[Callable, tuple, int] | Exception],
+                    repeats: int) -> list[float | Exception]:
+    """Least seconds per call of each `(fn, args, number)` over `repeats` rounds, a
+    round being one sample of each in turn (after an untimed call: a program switched
+    to runs its first call slow); an exception stays one, or is the one a call raised.
+
+    Rounds, not each program's samples back to back: this machine's speed moves in
+    spells longer than one program's five samples (10-15 ms), so samples back to back
+    were all slow together or all fast. Priced in three fresh caches in one process,
+    one Inception graph's largest kernels read 98/142/112 us and 82/50/53 us; a 98 us
+    kernel compiled once and timed twelve times read 94-152 us (`/tmp/s29/noise*.py`,
+    2-core AMD VM). Taken in rounds across a batch, a program's samples fall in
+    different spells, and the least of them is the machine at its speed. A batch of a
+    few (a search's new kernels) takes more rounds, until they span `SPAN` seconds."""
+    out: list[float | Exception] = [c if isinstance(c, Exception) else float("inf")
+                                    for c in calls]
+    end = time.perf_counter() + SPAN
+    for r in itertools.count():
+        if r >= repeats and (time.perf_counter() >= end or r >= MAX_ROUNDS * repeats):
+            break
+        warm_up()
+        for i, c in enumerate(calls):
+            if isinstance(out[i], Exception):
+                continue
+            fn, args, number = c
+            try:
+                out[i] = min(out[i], _sample(fn, args, number))
+            except Exception as err:  # noqa: BLE001 - the caller prices it another way
+                out[i] = err
+    return out
+
+
+def _sample(fn: Callable, args, number: int) -> float:
+    """Seconds per call of `number` calls, after one untimed call."""
+    jax.block_until_ready(fn(*args))
+    return per_call(fn, args, number)
 
 
 _best_reference: float | None = None   # least seconds of `_reference` seen by this process
@@ -183,7 +229,7 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
     the program reads from main memory (`residency.py`); each call reads them from the
     next of enough copies to overflow the last-level cache.
 
-    All are compiled first, then timed back to back. A program timed right after its
+    All are compiled first, then timed together (`least_in_rounds`). A program timed right after its
     compile reads slow: on the 2-core VM, a 0.6 ms dot timed after each compile read
     above 1.2x its least in 31% of timings (0.81 ms at the 90th percentile); timed
     back to back after compiling ten, in 2%. The compiler runs on one core while the
@@ -217,7 +263,7 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
 
 def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats: int,
                 min_sample: float, seed: int, options=None) -> list[float | Exception]:
-    """Compile and run each once, then time each (least of `repeats` samples), its
+    """Compile and run each once, then time them all (`least_in_rounds`), each with its
     `cold` inputs in turn from copies (`rotating`)."""
     ready: list = []
     for graph in graphs:
@@ -227,15 +273,18 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
             ready.append((fn, args))
         except Exception as err:  # noqa: BLE001 - the caller prices it another way
             ready.append(err)
-    out: list[float | Exception] = []
+    warm_up()         # wake the workers the compiles let sleep
+    calls: list = []
     for r, inputs in zip(ready, cold):
-        warm_up()     # wake the workers the compiles let sleep, and see the machine is
-        try:          # at its best speed again before each program
-            out.append(r if isinstance(r, Exception) else
-                       time_callable(*rotating(*r, inputs), repeats=repeats,
-                                     min_sample=min_sample))
+        try:
+            if isinstance(r, Exception):
+                calls.append(r)
+            else:
+                fn, args = rotating(*r, inputs)
+                calls.append((fn, args, sample_size(fn, args, min_sample)))
         except Exception as err:  # noqa: BLE001
-            out.append(err)
+            calls.append(err)
+    out = least_in_rounds(calls, repeats)
     for r in ready:
         if not isinstance(r, Exception):
             release(r[0])
