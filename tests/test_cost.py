@@ -334,7 +334,7 @@ def test_the_first_graph_of_a_signature_decides_whole_or_summed(tmp_path):
 
 def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, monkeypatch):
     """Timed right after its own compile, a kernel reads slow (the other core's workers
-    asleep): `cost` compiles every kernel it has not timed, then times them back to back."""
+    asleep): `cost` compiles every kernel it has not timed, then times them together."""
     from hlo_opt.cost import measure
     events = []
     compiled, timed = measure.compiled, measure.sample_size
