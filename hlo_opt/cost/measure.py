@@ -232,8 +232,9 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
     All are compiled first, then timed together (`least_in_rounds`). A program timed
     right after its compile reads slow: on the 2-core VM, a 0.6 ms dot timed after each
     compile read above 1.2x its least in 31% of timings (0.81 ms at the 90th
-    percentile); timed back to back after compiling ten, in 2%. The compiler runs on one core while the
-    other's worker threads sleep, and the first calls after it wake them.
+    percentile); timed back to back after compiling ten, in 2%. The compiler runs on
+    one core while the other's worker threads sleep, and the first calls after it wake
+    them.
 
     A call's fixed cost (dispatch, argument handling, output allocation) is not the
     kernel's: for short programs, `COPIES` independent instances are timed in one call
