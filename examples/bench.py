@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import flags
 from absl import logging as absl_logging
 
@@ -141,6 +142,19 @@ def sign_of(ratios, level: float = SIGN_LEVEL) -> int:
         return 0
     p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n)
     return 0 if p >= level else (1 if above > below else -1)
+
+
+def growth(series) -> dict[str, float]:
+    """Per series, the least-squares slope of log seconds against log operations: 1 is
+    time linear in the graph's size, above 1 faster than linear (OCGGS Fig. 4's claim
+    is at most linear). The median seed's seconds of each point."""
+    out = {}
+    for family in dict.fromkeys(s["series"] for s in series):
+        points = [(s["ops"], s["seconds"]) for s in series if s["series"] == family]
+        if len(points) > 1:
+            ops, seconds = np.log(np.array(points, dtype=float)).T
+            out[family] = float(np.polyfit(ops, seconds, 1)[0])
+    return out
 
 
 def enzyme(fn: Callable) -> Callable | None:

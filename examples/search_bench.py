@@ -339,6 +339,8 @@ def markdown(rows, series, exact, env) -> str:
                   f"{s['seconds']:.2f} | {s['least']:.2f} - {s['most']:.2f} | "
                   f"{1e3 * s['mean'] / s['ops']:.1f} | "
                   f"{s['costed']:.0f} |" for s in series]
+        lines += ["", "Growth (slope of log seconds on log operations; 1 is linear): " +
+                  ", ".join(f"{k} {v:.2f}" for k, v in bench.growth(series).items()) + "."]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
                   f"optimum on **{exact['optimal']}/{exact['cases']}** small graphs "
@@ -358,7 +360,8 @@ def main(argv):
     series = scaling(model) if FLAGS.scaling else []
     exact = exactness() if FLAGS.exact_cases else None
     env = bench.environment()
-    payload = {"environment": env, "models": rows, "scaling": series, "exact": exact}
+    payload = {"environment": env, "models": rows, "scaling": series,
+               "growth": bench.growth(series), "exact": exact}
     bench.write_report("search_bench", payload, markdown(rows, series, exact, env),
                        FLAGS.out, FLAGS.readme)
 

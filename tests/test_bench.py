@@ -83,6 +83,15 @@ def test_split_half_ranks_the_measurement_against_itself():
     assert cost_fidelity.split_half(swapped) < 0.9
 
 
+def test_scaling_growth_is_the_log_log_slope_per_series():
+    # seconds = c * ops^k: a slope of k, each series on its own.
+    series = [{"series": "linear", "ops": n, "seconds": 0.01 * n} for n in (10, 20, 40)]
+    series += [{"series": "square", "ops": n, "seconds": 1e-4 * n * n} for n in (10, 30)]
+    series += [{"series": "one point", "ops": 5, "seconds": 1.0}]
+    assert bench.growth(series) == {"linear": pytest.approx(1.0),
+                                           "square": pytest.approx(2.0)}
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
