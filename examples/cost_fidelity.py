@@ -12,7 +12,9 @@ verified rules), each priced by the
 measured cost model with the weights frozen, and each timed as a whole program
 (weight-only work precomputed, as `frozen_argnums` will do), round-robin over the
 variants so drift hits all alike. Reported: Spearman rank correlation of predicted vs
-measured, and of the measurement with itself (even rounds against odd, `split_half`);
+measured, and of the measurement with itself (even rounds against odd, `split_half`),
+with the Spearman a perfect model would expect against a measurement that agrees with
+itself so far (`ceiling`);
 the pairs of variants whose order the rounds decide (a sign test) and how many of
 those the model orders right; and how far the predicted speed-up over the
 original is from the measured one. Then the sign cases of the cost-model issue: each a
@@ -23,6 +25,7 @@ Also: how long pricing a model's kernels takes from a cold and from a warm cache
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import tempfile
 import time
@@ -112,6 +115,18 @@ def split_half(ratios) -> float:
     return spearman(relative(range(0, n, 2)), relative(range(1, n, 2)))
 
 
+def ceiling(split: float) -> float:
+    """The Spearman a model that knew each variant's true time would expect against this
+    measurement, from the measurement's agreement with itself (`split_half`, r): all the
+    rounds are as reliable as 2r / (1 + r) (Spearman-Brown: twice the rounds of a half),
+    and a measurement of reliability R correlates with the truth as sqrt(R) (Spearman's
+    attenuation). An estimate, for reading a model's Spearman: a goal above it cannot be
+    shown by one run, whatever the model. NaN when the halves do not agree at all."""
+    if not split > 0:
+        return float("nan")
+    return math.sqrt(2 * split / (1 + split))
+
+
 def _speedup_errors(pred, meas) -> list[float]:
     return [abs((pred[0] / p) / (meas[0] / m) - 1) for p, m in zip(pred[1:], meas[1:])]
 
@@ -149,6 +164,7 @@ def fidelity(name: str, cache_dir: str) -> dict:
             "variants": [{"name": n, "predicted_s": p, "measured_s": m}
                                         for (n, _), p, m in zip(found, predicted, measured)],
             "spearman": spearman(predicted, measured), "split_half": split_half(ratios),
+            "ceiling": ceiling(split_half(ratios)),
             "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
             "speedup_error_median": statistics.median(errors) if errors else None,
             "speedup_error_max": max(errors) if errors else None,
@@ -300,16 +316,18 @@ def markdown(records, cases, env) -> str:
     lines = [f"Measured on **{env['device_kind']}** ({env['platform']}; host CPU "
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
              f"{env['date']}, by `{bench.command_line()}`.", "",
-             "| model | compiled with | variants | Spearman | measured vs itself | pairs decided | of those, "
+             "| model | compiled with | variants | Spearman | measured vs itself "
+             "| a perfect model's (est.) | pairs decided | of those, "
              "ordered right | speed-up error median / max | within 15% "
              "| price kernels cold / warm (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         ordered = f"{r['decided_pairs_right'] / r['decided_pairs']:.0%}" \
             if r["decided_pairs"] else "-"
         compiled = compile_options.describe(compile_options.parse(r.get("compiler_options", "")))
         lines.append(f"| {r['model']} | {compiled} | {len(r['variants'])} | {r['spearman']:.2f} | "
                      f"{r.get('split_half', float('nan')):.2f} | "
+                     f"{r.get('ceiling', float('nan')):.2f} | "
                      f"{r['decided_pairs']} of {r['pairs']} | {ordered} | "
                      f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "
                      f"{r['within_15pct']:.0%} | {r['cold_s']:.1f} / {r['warm_s']:.2f} |")

@@ -83,6 +83,16 @@ def test_split_half_ranks_the_measurement_against_itself():
     assert cost_fidelity.split_half(swapped) < 0.9
 
 
+def test_a_perfect_models_spearman_is_bounded_by_the_measurements_own_agreement():
+    import cost_fidelity
+    # Halves that agree fully: a perfect model is expected to agree fully; halves at
+    # r = 0.6: all rounds are 2r/(1+r) = 0.75 reliable, a perfect model's Spearman
+    # sqrt(0.75); halves that disagree give no estimate.
+    assert cost_fidelity.ceiling(1.0) == pytest.approx(1.0)
+    assert cost_fidelity.ceiling(0.6) == pytest.approx(0.75 ** 0.5)
+    assert np.isnan(cost_fidelity.ceiling(-0.2)) and np.isnan(cost_fidelity.ceiling(float("nan")))
+
+
 def test_scaling_growth_is_the_log_log_slope_per_series():
     # seconds = c * ops^k: a slope of k, each series on its own.
     series = [{"series": "linear", "ops": n, "seconds": 0.01 * n} for n in (10, 20, 40)]
