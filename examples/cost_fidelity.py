@@ -120,8 +120,10 @@ def ceiling(split: float) -> float:
     measurement, from the measurement's agreement with itself (`split_half`, r): all the
     rounds are as reliable as 2r / (1 + r) (Spearman-Brown: twice the rounds of a half),
     and a measurement of reliability R correlates with the truth as sqrt(R) (Spearman's
-    attenuation). An estimate, for reading a model's Spearman: a goal above it cannot be
-    shown by one run, whatever the model. NaN when the halves do not agree at all."""
+    attenuation). An estimate, for reading a model's Spearman: a model near it orders
+    the variants as well as this run can tell, and a goal above it is beyond what any
+    model is expected to show in this run (one may by chance). NaN when the halves do
+    not agree at all."""
     if not split > 0:
         return float("nan")
     return math.sqrt(2 * split / (1 + split))
