@@ -161,12 +161,13 @@ def fidelity(name: str, cache_dir: str) -> dict:
     measured, ratios = round_robin([program(g, frozen_inputs, args, options)
                                     for _, g in found], FLAGS.rounds)
     errors = _speedup_errors(predicted, measured)
+    agreement = split_half(ratios)
     pairs, decided, right = decided_pairs(predicted, ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
             "variants": [{"name": n, "predicted_s": p, "measured_s": m}
                                         for (n, _), p, m in zip(found, predicted, measured)],
-            "spearman": spearman(predicted, measured), "split_half": split_half(ratios),
-            "ceiling": ceiling(split_half(ratios)),
+            "spearman": spearman(predicted, measured), "split_half": agreement,
+            "ceiling": ceiling(agreement),
             "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
             "speedup_error_median": statistics.median(errors) if errors else None,
             "speedup_error_max": max(errors) if errors else None,

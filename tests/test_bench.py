@@ -83,7 +83,7 @@ def test_split_half_ranks_the_measurement_against_itself():
     assert cost_fidelity.split_half(swapped) < 0.9
 
 
-def test_a_perfect_models_spearman_is_bounded_by_the_measurements_own_agreement():
+def test_a_perfect_models_expected_spearman_follows_the_measurements_own_agreement():
     import cost_fidelity
     # Halves that agree fully: a perfect model is expected to agree fully; halves at
     # r = 0.6: all rounds are 2r/(1+r) = 0.75 reliable, a perfect model's Spearman
@@ -99,7 +99,7 @@ def test_scaling_growth_is_the_log_log_slope_per_series():
     series += [{"series": "square", "ops": n, "seconds": 1e-4 * n * n} for n in (10, 30)]
     series += [{"series": "one point", "ops": 5, "seconds": 1.0}]
     assert bench.growth(series) == {"linear": pytest.approx(1.0),
-                                           "square": pytest.approx(2.0)}
+                                    "square": pytest.approx(2.0)}
 
 
 def test_table_shows_each_column_and_omits_a_missing_peer():
