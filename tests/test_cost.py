@@ -354,6 +354,36 @@ def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, mon
                          whole_below=0.0).cost(g).total == c.total    # and cached
 
 
+def test_later_contractions_are_timed_on_the_scale_of_earlier_ones(tmp_path, monkeypatch):
+    """A batch with a new dot also times again a dot priced before, and divides its new
+    dots' seconds by how much slower that one reads now than then; its loop kernels are
+    stored as timed. The cache then holds one scale however the machine's speed moved
+    between batches."""
+    from hlo_opt.cost import measure
+    batches = []
+    time_graphs = measure.time_graphs
+    monkeypatch.setattr(measure, "time_graphs", lambda graphs, **kw: batches.append(
+        (graphs, time_graphs(graphs, **kw))) or batches[-1][1])
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
+    first = model.cost(graph_of(lambda x, w: jnp.tanh(x @ w), X, W))
+    (dot,) = [k for k in first.kernels if k.kernel.kind == "contract"]
+    second = model.cost(graph_of(lambda x, v: jnp.sin(x @ v), X, jnp.ones((8, 32))))
+    graphs, timed = batches[-1]
+    assert len(graphs) == 3                     # the new dot and sine, and the old dot
+    assert graphs[2].digest == part.isolate(dot.kernel).digest
+    scale = timed[2] / dot.seconds
+    by_kind = {k.kernel.kind: k.seconds for k in second.kernels if k.kernel.kind != "free"}
+    assert by_kind["contract"] == pytest.approx(timed[0] / scale)
+    assert by_kind["loop"] == pytest.approx(timed[1])
+
+
+@pytest.mark.parametrize("anchors, scale", [([], 1.0), ([(2.0, 1.0)], 2.0),
+                                           ([(2.0, 1.0), (3.0, 2.0), (0.5, 1.0)], 1.5),
+                                           ([(ValueError("x"), 1.0), (1.2, 1.0)], 1.2)])
+def test_a_batchs_scale_is_the_median_speed_of_its_anchors_that_ran(anchors, scale):
+    assert cost_model._scale(anchors) == pytest.approx(scale)
+
+
 def test_a_batchs_programs_are_sampled_in_rounds_not_one_after_another(monkeypatch):
     """The machine's speed moves in spells longer than one program's samples: each round
     takes one sample of every program, so no program is sampled twice running, and
