@@ -14,7 +14,8 @@ measured cost model with the weights frozen, and each timed as a whole program
 variants so drift hits all alike. Reported: Spearman rank correlation of predicted vs
 measured, and of the measurement with itself (even rounds against odd, `split_half`),
 with the Spearman a perfect model would expect against a measurement that agrees with
-itself so far (`ceiling`);
+itself so far (`ceiling`), and of the model's prices with a second pricing from an
+empty cache (`reprice`);
 the pairs of variants whose order the rounds decide (a sign test) and how many of
 those the model orders right; and how far the predicted speed-up over the
 original is from the measured one. Then the sign cases of the cost-model issue: each a
@@ -145,6 +146,15 @@ def cache_timing(graph, frozen_inputs, options) -> tuple[float, float, int]:
         return cold_s, time.perf_counter() - start, cold.measured
 
 
+def reprice(graphs, frozen_inputs, options) -> list[float]:
+    """Each graph's price by a second model from an empty cache: its kernels timed again,
+    in other batches at other moments. How far the two pricings' orders part is the
+    model's own noise, as `split_half` is the measurement's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        again = cost.Measured(tmp, compiler_options=options)
+        return [again.cost(g, frozen_inputs).total for g in graphs]
+
+
 def fidelity(name: str, cache_dir: str) -> dict:
     """The model's variants priced and run compiled with the options `hlo_opt.jit`
     would choose for its original (`--options`)."""
@@ -158,15 +168,17 @@ def fidelity(name: str, cache_dir: str) -> dict:
     cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs, options)
     found = V.variants(graph, FLAGS.variants, fixed=frozen_inputs)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
+    repriced = reprice([g for _, g in found], frozen_inputs, options)
     measured, ratios = round_robin([program(g, frozen_inputs, args, options)
                                     for _, g in found], FLAGS.rounds)
     errors = _speedup_errors(predicted, measured)
     agreement = split_half(ratios)
     pairs, decided, right = decided_pairs(predicted, ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
-            "variants": [{"name": n, "predicted_s": p, "measured_s": m}
-                                        for (n, _), p, m in zip(found, predicted, measured)],
+            "variants": [{"name": n, "predicted_s": p, "repriced_s": q, "measured_s": m}
+                         for (n, _), p, q, m in zip(found, predicted, repriced, measured)],
             "spearman": spearman(predicted, measured), "split_half": agreement,
+            "priced_vs_itself": spearman(predicted, repriced),
             "ceiling": ceiling(agreement),
             "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
             "speedup_error_median": statistics.median(errors) if errors else None,
@@ -320,10 +332,10 @@ def markdown(records, cases, env) -> str:
              f"{env['cpu_model'] or 'unknown'}, {env['cpu_count']} cores), jax {env['jax']}, "
              f"{env['date']}, by `{bench.command_line()}`.", "",
              "| model | compiled with | variants | Spearman | measured vs itself "
-             "| a perfect model's (est.) | pairs decided | of those, "
+             "| a perfect model's (est.) | priced vs itself | pairs decided | of those, "
              "ordered right | speed-up error median / max | within 15% "
              "| price kernels cold / warm (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         ordered = f"{r['decided_pairs_right'] / r['decided_pairs']:.0%}" \
             if r["decided_pairs"] else "-"
@@ -331,6 +343,7 @@ def markdown(records, cases, env) -> str:
         lines.append(f"| {r['model']} | {compiled} | {len(r['variants'])} | {r['spearman']:.2f} | "
                      f"{r.get('split_half', float('nan')):.2f} | "
                      f"{r.get('ceiling', float('nan')):.2f} | "
+                     f"{r.get('priced_vs_itself', float('nan')):.2f} | "
                      f"{r['decided_pairs']} of {r['pairs']} | {ordered} | "
                      f"{r['speedup_error_median']:.0%} / {r['speedup_error_max']:.0%} | "
                      f"{r['within_15pct']:.0%} | {r['cold_s']:.1f} / {r['warm_s']:.2f} |")
