@@ -425,9 +425,15 @@ def _timing(program: Graph, kernel: Kernel) -> str:
 
 
 def _scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
-    """The median of (seconds now / seconds then) over the anchors that ran; 1 if none."""
+    """How much slower this batch ran than the anchors' batches: the median of (seconds
+    now / seconds then) over the anchors that ran, or 1 if none ran or they read faster
+    now. A batch reads slow, never fast (interference only slows a machine down, as it
+    only slows a sample): anchors that read faster now were timed in a slow spell, and
+    scaling the new kernels up to it carried that spell to them. ResNet-50's first
+    pricing in a process timed its convs 1.2-2.4x slower than the next batches did
+    (`/tmp/s31/rn2.py`): scaled up, every later conv read that much dearer."""
     ratios = [now / then for now, then in anchors if not isinstance(now, Exception)]
-    return float(np.median(ratios)) if ratios else 1.0
+    return max(1.0, float(np.median(ratios))) if ratios else 1.0
 
 
 def _runs_alone(kernel: Kernel) -> bool:
