@@ -12,6 +12,7 @@ from jax import lax
 
 from hlo_opt import capture, cost, emit
 from hlo_opt.cost import analytic, partition as part
+from hlo_opt.cost import anchors as cost_anchors
 from hlo_opt.cost import model as cost_model
 from hlo_opt.cost.cache import Cache
 from hlo_opt.frozen import weight_only
@@ -390,7 +391,7 @@ def test_later_contractions_are_timed_on_the_scale_of_earlier_ones(tmp_path, mon
 def test_a_batchs_scale_is_how_much_slower_its_anchors_ran(anchors, scale):
     """The median of now / then over the anchors that ran; never under 1: anchors
     reading faster now were timed in a slow spell, not this batch in a fast one."""
-    assert cost_model._scale(anchors) == pytest.approx(scale)
+    assert cost_anchors.scale(anchors) == pytest.approx(scale)
 
 
 def test_a_batchs_programs_are_sampled_in_rounds_not_one_after_another(monkeypatch):

@@ -30,10 +30,8 @@ import time
 from collections.abc import Iterable, Sequence
 
 import jax
-import numpy as np
-
 from hlo_opt import compile_options
-from hlo_opt.cost import analytic, measure, memory, residency
+from hlo_opt.cost import analytic, anchors, measure, memory, residency
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition
 from hlo_opt.frozen import split, weight_only
@@ -181,8 +179,6 @@ class Measured(CostModel):
     WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN's program timed against
                             # itself, settled (`measure.SETTLE`), read 0.96-1.02 (sd 0.018)
                             # as the median of 7 rounds (15 were taken when it read sd 0.09)
-    ANCHORS = 3             # kernels timed before, timed again with each batch (`prepare`)
-    ANCHOR_MAX = 5e-3       # ... each at most this long a call
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW,
@@ -207,7 +203,7 @@ class Measured(CostModel):
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `_key`
         self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
         self._failed: set[str] = set()              # programs that would not run alone
-        self._anchors: dict[str, tuple] = {}        # timing -> (program, cold, seconds)
+        self._anchors = anchors.Anchors()           # dots and convs priced (`prepare`)
         self._fault: float | None = None            # `fault_per_byte`, once calibrated
 
     def fault_per_byte(self) -> float:
@@ -224,16 +220,9 @@ class Measured(CostModel):
         """Times the kernels not timed yet, compiled all first, then run back to back
         (`measure.time_graphs`: a kernel timed right after its own compile reads slow).
 
-        Dots and convs are timed on the scale of those timed before them: a batch with
-        any also times again up to `ANCHORS` contraction kernels this object priced
-        before (the costliest under `ANCHOR_MAX`), and its contraction kernels' seconds
-        are divided by the anchors' median speed now against then. This machine runs in
-        spells longer than a batch: eight cold dots of BERT's shapes timed in twelve
-        batches read 4-6% apart (sd of log) from batch to batch, of which 3.9% moved all
-        eight together and 1.2-3.2% each alone (`/tmp/s31/var.py`, 2-core AMD VM). A
-        candidate's new kernels are timed in a later batch than the ones they replace,
-        and BERT's dots split in two columns were priced 6-14% dearer than whole, where
-        in one batch they read 1-5% dearer and ran in the program 0-3%."""
+        Dots and convs are timed on the scale of those timed before them
+        (`anchors.py`): a batch with any also times again a few this object priced
+        before, and its new ones' seconds are divided by how much slower those ran."""
         todo: dict[str, tuple] = {}
         for kernel in kernels:
             key = _key(kernel)
@@ -246,14 +235,15 @@ class Measured(CostModel):
                 todo[timing] = program, _cold(kernel), kernel.kind == "contract"
         if not todo:
             return
-        anchors = self._batch_anchors(todo) if any(c for *_, c in todo.values()) else []
-        batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in anchors]
+        again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
+        batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in again]
         started = time.perf_counter()
         timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
                                     min_sample=self.min_sample, options=self.options,
                                     cold=[c for _, c, _ in batch])
         self.measuring += time.perf_counter() - started
-        scale = _scale([(now, then) for now, (*_, then) in zip(timed[len(todo):], anchors)])
+        scale = anchors.scale([(now, then) for now, (*_, then)
+                               in zip(timed[len(todo):], again)])
         for digest, seconds, (*_, contract) in zip(todo, timed, todo.values()):
             if isinstance(seconds, Exception):
                 self._failed.add(digest)
@@ -262,12 +252,6 @@ class Measured(CostModel):
             else:
                 self.cache.put(digest, seconds / scale if contract else seconds)
                 self.measured += 1
-
-    def _batch_anchors(self, todo) -> list[tuple]:
-        """Up to `ANCHORS` of the contraction kernels priced before, not in `todo`:
-        (program, cold inputs, seconds), the costliest under `ANCHOR_MAX`."""
-        known = [a for t, a in self._anchors.items() if t not in todo and a[2] <= self.ANCHOR_MAX]
-        return sorted(known, key=lambda a: -a[2])[:self.ANCHORS]
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         if kernel.kind == "free":
@@ -294,7 +278,7 @@ class Measured(CostModel):
             self.cache.put(timing, seconds)
             self.measured += 1
         if kernel.kind == "contract":
-            self._anchors[timing] = program, _cold(kernel), float(seconds)
+            self._anchors.record(timing, program, _cold(kernel), seconds)
         return float(seconds)
 
     def timed_whole(self, graph: Graph, frozen: Iterable[int]) -> bool:
@@ -422,18 +406,6 @@ def _timing(program: Graph, kernel: Kernel) -> str:
     """The cache key of a kernel's timing: its isolated program, and its cold inputs."""
     cold = _cold(kernel)
     return program.digest if not cold else f"{program.digest}:cold{list(cold)}"
-
-
-def _scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
-    """How much slower this batch ran than the anchors' batches: the median of (seconds
-    now / seconds then) over the anchors that ran, or 1 if none ran or they read faster
-    now. A batch reads slow, never fast (interference only slows a machine down, as it
-    only slows a sample): anchors that read faster now were timed in a slow spell, and
-    scaling the new kernels up to it carried that spell to them. ResNet-50's first
-    pricing in a process timed its convs 1.2-2.4x slower than the next batches did
-    (`/tmp/s31/rn2.py`): scaled up, every later conv read that much dearer."""
-    ratios = [now / then for now, then in anchors if not isinstance(now, Exception)]
-    return max(1.0, float(np.median(ratios))) if ratios else 1.0
 
 
 def _runs_alone(kernel: Kernel) -> bool:

@@ -1,0 +1,49 @@
+"""Anchors: dots and convs timed before, timed again with a later batch, so that the
+batch's new dots and convs are put on the scale of the earlier ones.
+
+This machine runs in spells longer than a batch: eight cold dots of BERT's shapes timed
+in twelve batches read 4-6% apart (sd of log) from batch to batch, of which 3.9% moved
+all eight together and 1.2-3.2% each alone (`/tmp/s31/var.py`, 2-core AMD VM). A
+candidate's new kernels are timed in a later batch than the ones they replace, and
+BERT's dots split in two columns were priced 6-14% dearer than whole, where in one batch
+they read 1-5% dearer and ran in the program 0-3%. So a batch with new contraction
+kernels also times again up to `COUNT` of those priced before (the costliest under
+`LONGEST`), and the new ones' seconds are divided by `scale` of the anchors.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import numpy as np
+
+COUNT = 3           # anchors timed again with each batch
+LONGEST = 5e-3      # ... each at most this long a call
+
+
+class Anchors:
+    """The contraction kernels one cost model has priced: timing key -> (program, cold
+    inputs, seconds)."""
+
+    def __init__(self):
+        self._known: dict[str, tuple] = {}
+
+    def record(self, timing: str, program, cold: tuple[int, ...], seconds: float) -> None:
+        self._known[timing] = program, cold, float(seconds)
+
+    def pick(self, exclude: Collection[str]) -> list[tuple]:
+        """Up to `COUNT` of the kernels recorded, none in `exclude`: (program, cold
+        inputs, seconds then), the costliest under `LONGEST`."""
+        known = [a for t, a in self._known.items() if t not in exclude and a[2] <= LONGEST]
+        return sorted(known, key=lambda a: -a[2])[:COUNT]
+
+
+def scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
+    """How much slower this batch ran than the anchors' batches: the median of (seconds
+    now / seconds then) over the anchors that ran, or 1 if none ran or they read faster
+    now. A batch reads slow, never fast (interference only slows a machine down, as it
+    only slows a sample): anchors that read faster now were timed in a slow spell, and
+    scaling the new kernels up to it carried that spell to them. ResNet-50's first
+    pricing in a process timed its convs 1.2-2.4x slower than the next batches did
+    (`/tmp/s31/rn2.py`): scaled up, every later conv read that much dearer."""
+    ratios = [now / then for now, then in anchors if not isinstance(now, Exception)]
+    return max(1.0, float(np.median(ratios))) if ratios else 1.0
