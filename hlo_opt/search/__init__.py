@@ -26,6 +26,9 @@ slices moved toward the inputs (`narrow.narrow`), and with per-step work over st
 steps done once on the stack (`narrow.vectorize`), each when that is cheaper. At the end,
 every frozen matmul weight is read N x K (`layout.weights_nk`) unless that is priced
 more than 2% dearer (its gain is inside the kernel timings' drift). With
+`step_gain`, each step of the sampling search must lower the cost of the graph it left
+by that fraction to count as an improvement (0.5% by default: smaller gains are the
+kernel timings' noise, and chasing them set the sampling's time). With
 `search_gain`, what the search finds past those moves must gain that fraction over
 their graph together, or their graph is the result (`hlo_opt.jit` asks 10% of programs
 it times whole, whose timings carry a few percent of noise).
@@ -52,6 +55,8 @@ WHOLE_GROWTH = 6.0          # node cap of the whole-graph moves, times the input
                             # NASNet-A's 77 depthwise convs as taps add 35 nodes each
 WHOLE_GAIN = 0.005          # a whole-graph move must gain this much (`sweep_gain`); a
                             # cost read off one noisy timing needs more (pipeline.py)
+STEP_GAIN = 0.005           # the sampling's improvements must gain this much (`step_gain`,
+                            # `sampling.py`): smaller ones are the timings' noise
 WHOLE_FAMILIES = ("conv", "concat_split", "fusion", "algebra")
 
 __all__ = ["search", "operations", "matched_alone", "Result", "ALGORITHMS", "SATURATED",
@@ -86,7 +91,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
            time_limit: float | None = 10.0, split_threshold: int | None = 150,
            max_growth: float = 2.0, q: int = 20, eta: int = 1, seed: int = 0,
            progress: bool = False, layouts: bool = True, sweep_gain: float = WHOLE_GAIN,
-           search_gain: float = 0.0, fixed: Collection[int] = (),
+           search_gain: float = 0.0, step_gain: float = STEP_GAIN, fixed: Collection[int] = (),
            clock: Callable[[], float] = time.perf_counter) -> Result:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; one of {ALGORITHMS}")
@@ -122,7 +127,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
                 else "backtracking"
         if algo == "sampling":
             return sample(g, rules, cost_of, lim, q=q, eta=eta, max_nodes=nodes, seed=seed,
-                          progress=show)
+                          gain=step_gain, progress=show)
         return backtrack(g, rules, cost_of, lim, alpha=1.0 if algo == "greedy" else alpha,
                          max_nodes=nodes, progress=show)
 
