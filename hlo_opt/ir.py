@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -42,7 +43,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)      # (np.prod: 10x the time, in every pricing)
 
     @property
     def nbytes(self) -> int:

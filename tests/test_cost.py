@@ -1,5 +1,6 @@
 """The cost model: kernel partition, the on-disk cache, the roofline, frozen weights and
 measured kernels. No test asserts a measured speed; they assert structure and order."""
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -93,6 +94,41 @@ def test_no_two_kernels_feed_each_other_through_a_third():
         made.update(v for n in k.nodes for v in n.outputs)
     kernel_of = {n.op: i for i, k in enumerate(kernels) for n in k.nodes}
     assert kernel_of["exp"] != kernel_of["tanh"] or kernel_of["sin"] != kernel_of["tanh"]
+
+def test_kernels_alike_in_structure_are_priced_once_and_share_a_program():
+    """A kernel's price is remembered by its structure, not its node objects: a graph
+    rebuilt on new nodes prices no kernel again; a kernel that differs in an op, in
+    where its inputs come from, or in what it reads cold is another key, and kernels
+    of equal structure isolate to one program."""
+    def f(x, w, b):
+        return jnp.tanh(x @ w + b)
+
+    class Counting(cost.Analytic):
+        calls = 0
+
+        def kernel_seconds(self, kernel):
+            Counting.calls += 1
+            return super().kernel_seconds(kernel)
+
+    model = Counting()
+    first, again = graph_of(f, X, W, B), graph_of(f, X, W, B)
+    assert not set(first.nodes) & set(again.nodes)
+    model.cost(first)
+    priced = Counting.calls
+    assert priced == len(part.partition(first))
+    model.cost(again)
+    assert Counting.calls == priced
+    model.cost(graph_of(lambda x, w, b: jnp.sin(x @ w + b), X, W, B))
+    assert Counting.calls == priced + 1                 # the dot is the same kernel
+
+    keys = [part.structure(k) for k in part.partition(first) + part.partition(again)]
+    assert keys[:2] == keys[2:] and keys[0] != keys[1]
+    loop = part.partition(first)[1]
+    swapped = graph_of(lambda x, w, b: jnp.tanh(b + x @ w), X, W, B)
+    assert part.structure(part.partition(swapped)[1]) != part.structure(loop)
+    cold = part.structure(dataclasses.replace(loop, cold=loop.inputs[-1:]))
+    assert cold != part.structure(loop)
+    assert part.isolate(part.partition(again)[1]).digest == part.isolate(loop).digest
 
 
 @pytest.mark.parametrize("name", ["resnet50", "bert", "nasrnn", "sru", "inception_v3"])

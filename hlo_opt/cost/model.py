@@ -33,7 +33,7 @@ import jax
 from hlo_opt import compile_options
 from hlo_opt.cost import analytic, anchors, measure, memory, residency
 from hlo_opt.cost.cache import Cache
-from hlo_opt.cost.partition import Kernel, isolate, partition
+from hlo_opt.cost.partition import Kernel, isolate, partition, structure
 from hlo_opt.frozen import split, weight_only
 from hlo_opt.ir import Graph
 
@@ -94,12 +94,12 @@ class CostModel:
         raise NotImplementedError
 
     def _price(self, kernel: Kernel) -> float:
-        """`kernel_seconds`, remembered by the kernel's node objects: graphs met in a
-        search share every node their rewrite left alone, so most of a candidate's
-        kernels were priced with its parent."""
+        """`kernel_seconds`, remembered by the kernel's structure (`partition.structure`):
+        graphs met in a search share most kernels, so most of a candidate's kernels were
+        priced with its parent."""
         if self._seen is None:
             self._seen = {}
-        key = _key(kernel)
+        key = structure(kernel)
         if key not in self._seen:
             self._seen[key] = self.kernel_seconds(kernel)
         return self._seen[key]
@@ -200,7 +200,7 @@ class Measured(CostModel):
         self.measuring = 0.0    # seconds spent timing them all
         self._references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
         self._summed: set[tuple] = set()            # signatures whose graphs are summed
-        self._estimates: dict[tuple, float] = {}    # `estimate`, by `_key`
+        self._estimates: dict[tuple, float] = {}    # `estimate`, by `structure`
         self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
         self._failed: set[str] = set()              # programs that would not run alone
         self._anchors = anchors.Anchors()           # dots and convs priced (`prepare`)
@@ -225,7 +225,7 @@ class Measured(CostModel):
         before, and its new ones' seconds are divided by how much slower those ran."""
         todo: dict[str, tuple] = {}
         for kernel in kernels:
-            key = _key(kernel)
+            key = structure(kernel)
             if kernel.kind == "free" or not _runs_alone(kernel) or key in self._isolated \
                     or (self._seen is not None and key in self._seen):
                 continue
@@ -258,7 +258,7 @@ class Measured(CostModel):
             return 0.0
         if not _runs_alone(kernel):
             return self.fallback().kernel_seconds(kernel)
-        program = self._isolated.pop(_key(kernel), None) or isolate(kernel)
+        program = self._isolated.pop(structure(kernel), None) or isolate(kernel)
         timing = _timing(program, kernel)
         if timing in self._failed:
             return self.fallback().kernel_seconds(kernel)
@@ -288,7 +288,7 @@ class Measured(CostModel):
         """The cached timing, else the roofline: timing a new kernel of a program that
         is timed whole anyway (a compile and a measurement per kernel) bought NasRNN's
         search nothing but fewer candidates in its time."""
-        key = _key(kernel)
+        key = structure(kernel)
         if self._seen is not None and key in self._seen:
             return self._seen[key]
         if key not in self._estimates:          # isolating a kernel to look it up took
@@ -387,12 +387,6 @@ class Measured(CostModel):
         started = time.perf_counter()
         self.cache.flush()
         self.measuring += time.perf_counter() - started
-
-
-def _key(kernel: Kernel) -> tuple:
-    """A kernel's identity within one search: its node objects, boundary values, the
-    layouts they cross in and which come from main memory."""
-    return kernel.nodes, kernel.inputs, kernel.outputs, kernel.relaid, kernel.cold
 
 
 def _cold(kernel: Kernel) -> tuple[int, ...]:

@@ -217,3 +217,30 @@ def isolate(kernel: Kernel) -> Graph:
     return Graph(inputs, [env[v] if v not in order else
                           ops.make("transpose", [env[v]], permutation=order[v]).out()
                           for v in kernel.outputs])
+
+
+def structure(kernel: Kernel) -> tuple:
+    """What a kernel's price reads, without its node objects: each node's op, params,
+    types and where its inputs come from (a node of the kernel, a constant, or the
+    kernel's n-th input), what it hands on, the layouts and cold inputs at its edges, its
+    kind. Equal structures isolate to the same program (`isolate`).
+
+    A rewrite makes new node objects for everything downstream of the change (a node
+    holds its inputs), so a key by the objects found few of a candidate's kernels
+    priced: pricing Inception's whole-graph candidates isolated 72 kernels a graph
+    again, the most of each."""
+    at = {n: i for i, n in enumerate(kernel.nodes)}
+    reads = {v: i for i, v in enumerate(kernel.inputs)}
+
+    def ref(v: Value) -> tuple:
+        if v.node in at:
+            return at[v.node], v.index
+        if v.node.op == "const":
+            return "const", v.node.params.key, v.node.types
+        return "input", reads[v], v.type
+
+    nodes = tuple((n.op, n.params.key, n.types, tuple(map(ref, n.inputs)),
+                   tuple(at.get(d, -1) for d in n.deps)) for n in kernel.nodes)
+    return (nodes, tuple(map(ref, kernel.inputs)), tuple(map(ref, kernel.outputs)),
+            tuple((ref(v), perm) for v, perm in kernel.relaid),
+            tuple(map(ref, kernel.cold)), kernel.kind)
