@@ -469,31 +469,3 @@ def test_a_sampling_step_must_gain_step_gain(saved, taken):
               layouts=False)
     assert _ops(search(g, merge, price, **kw).graph)["dot_general"] == (1 if taken else 2)
     assert _ops(search(g, merge, price, step_gain=0.0, **kw).graph)["dot_general"] == 1
-
-
-def test_a_sampling_round_takes_its_improvements_out_of_one_graph_together():
-    """Three independent improvements (two dot pairs to merge, a double negation): a
-    round samples every move, finds each an improvement, and prices them taken
-    together, so the graph with all three is the best after the first round's graphs
-    (one at a time it is three rounds away). Two merges of one pair replace the same
-    values: the cheaper is taken."""
-    from hlo_opt.search.core import Limits, Priced, options
-    from hlo_opt.search.sampling import sample
-    by_name = {r.name: r for r in rules.ALL}
-    rs = [by_name[n] for n in ("merge-dots-shared-lhs", "merge-dots-shared-rhs", "neg-neg")]
-    args = (_rand(2, 3), _rand(3, 4), _rand(3, 5), _rand(3, 6), _rand(2, 3), _rand(4, 3),
-            _rand(7))
-    g = capture.capture(lambda x, a, b, y, c, d, z: (
-        jnp.tanh(x @ a), jnp.tanh(x @ b), jnp.tanh(c @ y), jnp.tanh(d @ y), -(-z)), args).graph
-
-    def price(h):
-        ops = _ops(h)
-        return 10.0 * ops["dot_general"] + ops["neg"] + 0.01 * len(h.nodes)
-    limits = Limits(None, None)
-    reached = []
-    r = sample(g, rs, Priced(price, limits), limits, max_nodes=200,
-               progress=lambda best, lim: reached.append((best, lim.costed)))
-    assert _ops(r.graph)["dot_general"] == 2 and _ops(r.graph)["neg"] == 0
-    first_round = 1 + len(list(options(g, rs))) + 1       # start, each move, together
-    assert reached[0][1] <= first_round and reached[0][0] == r.cost
-    assert_close(emit.run(r.graph, args), emit.run(g, args), 1e-5)

@@ -257,40 +257,32 @@ class Rule:
     def apply_all(self, graph: Graph, found: Sequence[Match]) -> tuple[Graph, int]:
         """`graph` rewritten at every match in `found` (one per root value, the first),
         and how many; one rebuild of the graph for all of them (`apply` rebuilds it
-        for each). See `apply_many`."""
-        new, taken = apply_many(graph, [(self, m) for m in found])
-        return new, len(taken)
-
-
-def apply_many(graph: Graph, moves: Sequence[tuple[Rule, Match]]) -> tuple[Graph, list[Rule]]:
-    """`graph` rewritten at each (rule, match) of `moves`, all matches of `graph`, with
-    one rebuild; and the rules taken, in order. A match whose root an earlier one
-    replaced is skipped. Matches may overlap or follow one another (a chain of convs):
-    each target reads what its match bound, and `ir.replace` sends every read of a
-    replaced value to its image, which equals it. A single-root target reads only values
-    above its root, so no cycle can form; a multi-root match that would make one is
-    skipped, as `Rule.apply` does."""
-    if not moves:
-        return graph, []
-    users: dict[Node, list[Node]] = {}
-    if any(len(rule.src) > 1 for rule, _ in moves):
-        for node in graph.nodes:
-            for parent in node.parents():
-                users.setdefault(parent, []).append(node)
-    existing = set(graph.nodes)
-    subst: dict[Value, Value] = {}
-    taken: list[Rule] = []
-    for rule, m in moves:
-        if any(v in subst for v in m.roots):
-            continue
-        new = rule.build(m)
-        if len(rule.src) > 1:
-            reads = {v.node for value in new for v in _inputs_from(value, existing)}
-            if reads & _below({v.node for v in m.roots}, users):
+        for each). Matches may overlap or follow one another (a chain of convs): each
+        target reads what its match bound, and `ir.replace` sends every read of a
+        replaced value to its image. A single-root target reads only values above its
+        root, so no cycle can form; a multi-root match that would make one is
+        skipped, as `apply` does."""
+        if not found:
+            return graph, 0
+        users: dict[Node, list[Node]] = {}
+        if len(self.src) > 1:
+            for node in graph.nodes:
+                for parent in node.parents():
+                    users.setdefault(parent, []).append(node)
+        existing = set(graph.nodes)
+        subst: dict[Value, Value] = {}
+        taken = 0
+        for m in found:
+            if any(v in subst for v in m.roots):
                 continue
-        subst.update(zip(m.roots, new))
-        taken.append(rule)
-    return replace(graph, subst), taken
+            new = self.build(m)
+            if users:
+                reads = {v.node for value in new for v in _inputs_from(value, existing)}
+                if reads & _below({v.node for v in m.roots}, users):
+                    continue
+            subst.update(zip(m.roots, new))
+            taken += 1
+        return replace(graph, subst), taken
 
 
 def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:

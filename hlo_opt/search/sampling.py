@@ -15,23 +15,15 @@ gains — and each kept the rounds going. On Inception-v3's scaling configs (1 a
 blocks, 3 seeds each, one warm cache) asking 0.5% took 0.56-0.93x the seconds and
 0.40-0.88x the graphs, and found graphs priced 0.3% cheaper to 0.7% dearer (a session
 script, `/tmp/s33/gains.py`, not kept).
-
-The single moves out of one graph that a round found to be improvements are then also
-taken together (`combine`), as one more candidate: a round extends each graph by one
-move, so k independent improvements (convs of one part each turned to the layout that
-pays, one dot pair after another merged) took k rounds of `q` candidates each; on
-Inception's four-C-block scaling config one part of 40 operations took 20 rounds, 390
-graphs, a third of the search.
 """
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
 
-from hlo_opt.ir import Graph, GraphError
-from hlo_opt.rules.lang import Rule, apply_many
-from hlo_opt.search.core import (SATURATED, Everywhere, Limits, Priced, Result, is_move,
-                                 options, step)
+from hlo_opt.ir import Graph
+from hlo_opt.rules.lang import Rule
+from hlo_opt.search.core import SATURATED, Limits, Priced, Result, options, step
 
 
 def _apply(rule, at, graph, max_nodes):
@@ -47,12 +39,10 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
     frontier = [best]
     seen = {graph.digest}
     reason = None
-    rounds = 0
     while not (reason := limits.reason()):
-        rounds += 1
         pool = [(c, g, p, rule, m) for c, g, p in frontier
                 for rule, m in options(g, rules, limits)]
-        improved, singles = [], {}
+        improved = []
         for base, g, path, rule, m in rng.sample(pool, min(q, len(pool))):
             steps, current = _apply(rule, m, g, max_nodes)
             for depth in range(eta + 1):
@@ -62,8 +52,6 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
                 c = cost(current)
                 if c < base * (1 - gain):
                     improved.append((c, current, path + steps))
-                    if depth == 0:
-                        singles.setdefault(id(g), (base, g, path, []))[3].append((c, rule, m))
                     break
                 if depth == eta or (reason := limits.reason()):
                     break
@@ -75,15 +63,6 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
                 steps = steps + more
             if reason or (reason := limits.reason()):
                 break
-        for base, g, path, found in singles.values():
-            if len(found) < 2 or reason or (reason := limits.reason()):
-                continue
-            names, both = combine(g, found, max_nodes)
-            if both is not None and both.digest not in seen:
-                seen.add(both.digest)
-                c = cost(both)
-                if c < base * (1 - gain):
-                    improved.append((c, both, path + names))
         if improved:
             improved.sort(key=lambda t: t[0])
             frontier = improved[:q]
@@ -95,20 +74,4 @@ def sample(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
             break
     reason = reason or limits.reason()     # matching stopped at the limit: not saturated
     return Result(best[1], best[0], best[2], reason or SATURATED,
-                  {"explored": len(seen), "costed": limits.costed, "rounds": rounds})
-
-
-def combine(graph: Graph, found: list, max_nodes: int) -> tuple[list[str], Graph | None]:
-    """(rule names, `graph` with the moves `found` ((cost, rule, match or Everywhere),
-    each an improvement out of it) all taken, the cheapest first where two replace one
-    value), or ([], None) when that is no move. Sound as `Rule.apply_all` is: each
-    rewrite replaces a value with an equal one."""
-    moves = [(rule, m) for _, rule, at in sorted(found, key=lambda f: f[0])
-             for m in (at if isinstance(at, Everywhere) else (at,))]
-    try:
-        new, taken = apply_many(graph, moves)
-    except GraphError:          # multi-root rewrites each checked alone, not together
-        return [], None
-    if not is_move(graph, new, max_nodes):
-        return [], None
-    return [r.name for r in taken], new
+                  {"explored": len(seen), "costed": limits.costed})
