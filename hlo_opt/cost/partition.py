@@ -241,6 +241,6 @@ def structure(kernel: Kernel) -> tuple:
 
     nodes = tuple((n.op, n.params.key, n.types, tuple(map(ref, n.inputs)),
                    tuple(at.get(d, -1) for d in n.deps)) for n in kernel.nodes)
-    return (nodes, tuple(map(ref, kernel.inputs)), tuple(map(ref, kernel.outputs)),
+    return (nodes, tuple(map(ref, kernel.outputs)),     # (inputs: in the nodes' refs)
             tuple((ref(v), perm) for v, perm in kernel.relaid),
             tuple(map(ref, kernel.cold)), kernel.kind)
