@@ -452,20 +452,3 @@ def test_a_whole_graph_move_that_overran_the_node_cap_is_not_made_again(monkeypa
     for key, nodes in over.items():
         assert sum(k == key and n >= nodes for k, n, _ in made) == 1
     assert_close(emit.run(new, args), emit.run(g, args), 1e-5)
-
-
-@pytest.mark.parametrize("saved, taken", [(0.1, False), (2.0, True)])
-def test_a_sampling_step_must_gain_step_gain(saved, taken):
-    """Merging two dots that share an input saves `saved` of a cost near 100: 0.1% is
-    under the default step gain of 0.5% and is not taken; 2% is. Asked no gain, the
-    sampling takes even 0.1%."""
-    g = capture.capture(lambda x, a, b: (jnp.tanh(x @ a), jnp.tanh(x @ b)),
-                        (_rand(2, 3), _rand(3, 4), _rand(3, 4))).graph
-    merge = [concat_split.RULES["merge-dots-shared-lhs"]]
-
-    def price(h):
-        return 100.0 + saved * _ops(h)["dot_general"]
-    kw = dict(algorithm="sampling", split_threshold=None, time_limit=None, budget=50,
-              layouts=False)
-    assert _ops(search(g, merge, price, **kw).graph)["dot_general"] == (1 if taken else 2)
-    assert _ops(search(g, merge, price, step_gain=0.0, **kw).graph)["dot_general"] == 1

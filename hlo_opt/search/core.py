@@ -9,6 +9,7 @@ as TASO does) is not a move.
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -61,6 +62,24 @@ def options(graph: Graph, rules: Sequence[Rule],
         found = rule.matches(graph, index)
         yield from ((rule, m) for m in found)
         yield from ((rule, group) for group in everywhere(found))
+
+
+def any_option(graph: Graph, rules: Sequence[Rule], rng: random.Random,
+               limits: "Limits | None" = None) -> tuple[Rule, "Match | Everywhere"] | None:
+    """One move of `options` drawn at random, or None when there is none: a rule drawn
+    among those that match, then one of its moves. Rules are matched in a random order
+    until one matches, not all of them: the sampling's follow-up moves matched every
+    rule on each candidate that did not improve, to draw one move, and that was a third
+    of its time (cProfile, Inception's parts at 4 C blocks: 2.2 of 7.0 s)."""
+    index, order = by_op(graph), list(rules)
+    rng.shuffle(order)
+    for rule in order:
+        if limits is not None and limits.reason():
+            return None
+        found = rule.matches(graph, index)
+        if found:
+            return rule, rng.choice([*found, *everywhere(found)])
+    return None
 
 
 def everywhere(found: Sequence[Match]) -> list[Everywhere]:
