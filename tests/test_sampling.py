@@ -40,7 +40,7 @@ def test_a_sampling_step_must_gain_step_gain(saved, taken):
     assert _ops(search(g, merge, price, step_gain=0.0, **kw).graph)["dot_general"] == 1
 
 
-def _key(rule, at: "Match | Everywhere"):
+def _key(rule, at):
     """A move by its rule, the nodes and roots of each match, and whether it is one."""
     def one(m):
         return frozenset(m.nodes), tuple(m.roots)
@@ -50,15 +50,18 @@ def _key(rule, at: "Match | Everywhere"):
 
 def test_a_drawn_move_is_one_of_the_graphs_moves_and_every_matching_rule_is_drawn():
     """`any_option` matches rules in a random order until one matches: what it draws is
-    one of `options`' moves, each rule with moves comes up over a few draws, and a
-    graph no rule matches draws nothing."""
+    one of `options`' moves, each rule with moves comes up about as often as another
+    (not as often as it has moves: 1 to 3 here), and a graph no rule matches draws
+    nothing."""
     g = capture.capture(lambda x, a, b: (jnp.tanh(x @ a) + 0.0, jnp.exp(x @ b)),
                         (_rand(2, 3), _rand(3, 4), _rand(3, 4))).graph
     every = {_key(rule, at) for rule, at in options(g, rules.ALL)}
     rng = random.Random(0)
     drawn = [any_option(g, rules.ALL, rng) for _ in range(300)]
     assert all(_key(rule, at) in every for rule, at in drawn)
-    assert {rule.name for rule, _ in drawn} == {key[0] for key in every}
+    names = collections.Counter(rule.name for rule, _ in drawn)
+    assert set(names) == {key[0] for key in every}
+    assert min(names.values()) > len(drawn) / len(names) / 2
     assert len({_key(rule, at) for rule, at in drawn}) > len({key[0] for key in every})
     none = capture.capture(lambda x: x, (_rand(2, 3),)).graph
     assert not list(options(none, rules.ALL)) and any_option(none, rules.ALL, rng) is None
