@@ -59,9 +59,14 @@ def options(graph: Graph, rules: Sequence[Rule],
     for rule in rules:
         if limits is not None and limits.reason():
             return
-        found = rule.matches(graph, index)
-        yield from ((rule, m) for m in found)
-        yield from ((rule, group) for group in everywhere(found))
+        yield from ((rule, at) for at in rule_moves(rule, graph, index))
+
+
+def rule_moves(rule: Rule, graph: Graph, index: dict[str, list]) -> list["Match | Everywhere"]:
+    """One rule's moves in `graph` (`index`: `by_op(graph)`): each match, then its
+    all-at-once groups (`everywhere`)."""
+    found = rule.matches(graph, index)
+    return [*found, *everywhere(found)]
 
 
 def any_option(graph: Graph, rules: Sequence[Rule], rng: random.Random,
@@ -76,9 +81,8 @@ def any_option(graph: Graph, rules: Sequence[Rule], rng: random.Random,
     for rule in order:
         if limits is not None and limits.reason():
             return None
-        found = rule.matches(graph, index)
-        if found:
-            return rule, rng.choice([*found, *everywhere(found)])
+        if found := rule_moves(rule, graph, index):
+            return rule, rng.choice(found)
     return None
 
 
