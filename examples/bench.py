@@ -144,17 +144,31 @@ def sign_of(ratios, level: float = SIGN_LEVEL) -> int:
     return 0 if p >= level else (1 if above > below else -1)
 
 
+def _series(series):
+    """(family, operations, median seconds) per scaling series of two points or more."""
+    for family in dict.fromkeys(s["series"] for s in series):
+        points = [(s["ops"], s["seconds"]) for s in series if s["series"] == family]
+        if len(points) > 1:
+            yield family, *np.array(points, dtype=float).T
+
+
 def growth(series) -> dict[str, float]:
     """Per series, the least-squares slope of log seconds against log operations: 1 is
     time linear in the graph's size, above 1 faster than linear (OCGGS Fig. 4's claim
     is at most linear). The median seed's seconds of each point."""
-    out = {}
-    for family in dict.fromkeys(s["series"] for s in series):
-        points = [(s["ops"], s["seconds"]) for s in series if s["series"] == family]
-        if len(points) > 1:
-            ops, seconds = np.log(np.array(points, dtype=float)).T
-            out[family] = float(np.polyfit(ops, seconds, 1)[0])
-    return out
+    return {family: float(np.polyfit(np.log(ops), np.log(seconds), 1)[0])
+            for family, ops, seconds in _series(series)}
+
+
+def line(series) -> dict[str, tuple[float, float]]:
+    """Per series, the least-squares line of seconds on operations: (seconds at no
+    operation, seconds per operation). Read with `growth`: time on a line through a
+    negative intercept is linear in the size (each operation adds the same seconds)
+    yet reads a log-log slope above 1, more the narrower the series; a search whose
+    work sits in the repeated blocks, not in the stem they are added to, is such a
+    line."""
+    return {family: (float(a), float(b)) for family, ops, seconds in _series(series)
+            for b, a in [np.polyfit(ops, seconds, 1)]}
 
 
 def enzyme(fn: Callable) -> Callable | None:

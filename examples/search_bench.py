@@ -218,11 +218,17 @@ def scaling(model) -> list[dict]:
             runs.append(search(graph, rules.ALL, price, seed=seed, **kw))
         seconds = sorted(r.stats["seconds"] for r in runs)
         costed = sorted(r.stats["costed"] for r in runs)
+        # parts of the split, and those searched (the others took the search of an
+        # alike part: Inception's third C block repeats the second's widths, its fourth
+        # does not)
+        parts = [r.stats.get("parts") or 1 for r in runs]
+        searched = [r.stats.get("shapes") or 1 for r in runs]
         ops = operations(graph)
         out.append({"series": family, "blocks": k, "nodes": len(graph.nodes), "ops": ops,
                     "seconds": float(np.median(seconds)), "least": seconds[0],
                     "most": seconds[-1], "mean": float(np.mean(seconds)),
-                    "costed": float(np.median(costed)), "seeds": len(runs)})
+                    "costed": float(np.median(costed)), "seeds": len(runs),
+                    "parts": float(np.median(parts)), "searched": float(np.median(searched))})
         print(f"scaling {family} {k}: {len(graph.nodes)} nodes, {ops} operations, "
               f"{out[-1]['seconds']:.2f} s ({seconds[0]:.2f}-{seconds[-1]:.2f})", flush=True)
     return out
@@ -333,14 +339,19 @@ def markdown(rows, series, exact, env) -> str:
                   f"{series[0]['seeds']} seeds, warm; the median seed's seconds, "
                   f"the least and most, the mean per operation.", "",
                   "| scaling series | blocks | nodes | operations | seconds (median) "
-                  "| least - most | ms per operation (mean) | graphs costed (median) |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| least - most | ms per operation (mean) | graphs costed (median) "
+                  "| parts (searched) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {s['series']} | {s['blocks']} | {s['nodes']} | {s['ops']} | "
                   f"{s['seconds']:.2f} | {s['least']:.2f} - {s['most']:.2f} | "
                   f"{1e3 * s['mean'] / s['ops']:.1f} | "
-                  f"{s['costed']:.0f} |" for s in series]
+                  f"{s['costed']:.0f} | {s.get('parts', 0):.0f} ({s.get('searched', 0):.0f}) |"
+                  for s in series]
         lines += ["", "Growth (slope of log seconds on log operations; 1 is linear): " +
-                  ", ".join(f"{k} {v:.2f}" for k, v in bench.growth(series).items()) + "."]
+                  ", ".join(f"{k} {v:.2f}" for k, v in bench.growth(series).items()) +
+                  ". Least-squares line (seconds at no operation + ms per operation): " +
+                  ", ".join(f"{k} {a:+.2f} s + {1e3 * b:.1f} ms"
+                            for k, (a, b) in bench.line(series).items()) + "."]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
                   f"optimum on **{exact['optimal']}/{exact['cases']}** small graphs "
@@ -361,7 +372,7 @@ def main(argv):
     exact = exactness() if FLAGS.exact_cases else None
     env = bench.environment()
     payload = {"environment": env, "models": rows, "scaling": series,
-               "growth": bench.growth(series), "exact": exact}
+               "growth": bench.growth(series), "line": bench.line(series), "exact": exact}
     bench.write_report("search_bench", payload, markdown(rows, series, exact, env),
                        FLAGS.out, FLAGS.readme)
 

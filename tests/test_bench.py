@@ -102,6 +102,17 @@ def test_scaling_growth_is_the_log_log_slope_per_series():
                                     "square": pytest.approx(2.0)}
 
 
+def test_scaling_line_is_intercept_and_seconds_per_operation_per_series():
+    # seconds = -1 + 0.02 * ops: linear growth (each operation adds 20 ms), yet its
+    # log-log slope reads above 1, which is why the report gives both.
+    series = [{"series": "offset", "ops": n, "seconds": -1 + 0.02 * n} for n in (84, 108, 156)]
+    series += [{"series": "one point", "ops": 5, "seconds": 1.0}]
+    (a, b), = bench.line(series).values()
+    assert list(bench.line(series)) == ["offset"]
+    assert a == pytest.approx(-1.0) and b == pytest.approx(0.02)
+    assert bench.growth(series)["offset"] > 1.2
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
