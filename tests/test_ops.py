@@ -87,3 +87,17 @@ def test_flop_counts():
     assert ops.get("exp").bytes(node) == 2 * 8 * 16 * 4
     node = _node_of(jnp.transpose, a)
     assert ops.get("transpose").flops(node) == 0
+
+
+def test_made_nodes_types_are_inferred_once_per_op_types_and_params():
+    from hlo_opt.ops import _inferred
+    x = Node("input", (), {"index": 0}, (TensorType((2, 3), np.dtype("float32")),))
+    first = ops.make("transpose", [x.out()], permutation=(1, 0))
+    hits = _inferred.cache_info().hits
+    again = ops.make("transpose", [x.out()], permutation=(1, 0))
+    other = ops.make("reduce_sum", [x.out()], axes=(1,), out_sharding=None)
+    assert first.types == again.types == (TensorType((3, 2), np.dtype("float32")),)
+    assert _inferred.cache_info().hits == hits + 1            # the second, not the third
+    assert other.types == (TensorType((2,), np.dtype("float32")),)
+    # what the cache returns is what jax infers
+    assert ops.get("transpose").infer([x.types[0]], first.params) == again.types
