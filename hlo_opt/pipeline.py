@@ -204,7 +204,8 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
         args = [_inputs(types, frozen, example, seed=1 + k) for k in range(VERIFY_INPUTS)]
         if example is not None:
             args.insert(0, list(example))
-        why = check.compare(reference, lambda *leaves: runner(leaves), args)
+        exact = jax.jit(jcore.jaxpr_as_fun(check.at_full_precision(closed)))
+        why = check.compare(reference, lambda *leaves: runner(leaves), args, exact)
         runner.forget()
         if why:
             return _fall_back(original, report, f"verify: the optimised program differs {why}")

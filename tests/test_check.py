@@ -73,3 +73,34 @@ def test_on_full_precision_the_plain_tolerance_decides():
     # the original is exact here, so nothing widens the tolerance
     assert check.difference(want, far, want) is not None
     assert np.isfinite(want[0]).all()
+
+
+def _nested(x, w, k, n):
+    y = jax.jit(lambda a, b: a @ b)(x, w)                      # a dot in a nested call
+    z = lax.cond(x[0, 0] > 0, lambda v: lax.conv(v, k, (1, 1), "SAME"),
+                 lambda v: v, y.reshape(1, 1, 32, 128))         # a conv in a branch
+    return z, n @ n                                             # an integer dot
+
+
+def _nested_args():
+    kx, kw, kk = jax.random.split(jax.random.key(6), 3)
+    return (jax.random.normal(kx, (32, 256)), jax.random.normal(kw, (256, 128)),
+            jax.random.normal(kk, (1, 1, 3, 3)), jnp.ones((4, 4), jnp.int32))
+
+
+def _highest_in(fn, args) -> int:
+    return jax.jit(fn).lower(*args).as_text().count("HIGHEST")
+
+
+def test_a_captured_jaxpr_runs_at_full_precision_only_once_its_dots_say_so():
+    args = _nested_args()
+    closed = jax.make_jaxpr(_nested)(*args)
+    replayed = jax.extend.core.jaxpr_as_fun(closed)
+    # the precision was fixed when traced: the setting does not reach a replayed jaxpr
+    with jax.default_matmul_precision("highest"):
+        assert _highest_in(replayed, args) == 0
+    exact = jax.extend.core.jaxpr_as_fun(check.at_full_precision(closed))
+    # both operands of the nested dot and of the branch's conv; the integer dot untouched
+    assert _highest_in(exact, args) == 4
+    for a, b in zip(jax.jit(exact)(*args), _nested(*args)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
