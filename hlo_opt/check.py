@@ -127,12 +127,14 @@ def differs(original: Callable, args: Sequence, want: Sequence, got: Sequence,
             exact: Callable | None = None) -> str | None:
     """Why `got` is not `want` (`original(*args)`), or None: within the tolerance, or, the
     original being inexact itself (reduced-precision matmuls), as near a full-precision
-    run of it (`exact(*args)`, else `original` traced again at full precision) as `want`."""
+    run of it (`exact(*args)`, else `original` traced again at full precision) as `want`.
+    Outputs compare leaf by leaf: a bare array is one leaf, not a list of rows."""
+    want, got = jax.tree.leaves(want), jax.tree.leaves(got)
     why = difference(want, got)
     if not why:
         return None
-    return difference(want, got, jax.device_get(exact(*args)) if exact is not None
-                      else full_precision(original, *args))
+    return difference(want, got, jax.tree.leaves(
+        jax.device_get(exact(*args)) if exact is not None else full_precision(original, *args)))
 
 
 def compare(original: Callable, optimized: Callable, args_list: Sequence[Sequence],

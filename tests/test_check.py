@@ -104,3 +104,14 @@ def test_a_captured_jaxpr_runs_at_full_precision_only_once_its_dots_say_so():
     assert _highest_in(exact, args) == 4
     for a, b in zip(jax.jit(exact)(*args), _nested(*args)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_bare_array_outputs_compare_as_one_leaf_not_as_rows():
+    # a model returning one array, not a tuple: its full-precision run is one leaf too
+    bare, bare_otherwise = (jax.jit(lambda x, w, f=f: f(x, w)[0])
+                            for f in (original, rounded_otherwise))
+    args = _args(7)
+    want, got = bare(*args), bare_otherwise(*args)
+    assert want.shape == (32, 128) and check.difference([want], [got]) is not None
+    assert check.compare(bare, bare_otherwise, [args]) is None
+    assert check.differs(bare, args, [want], [got]) is None
