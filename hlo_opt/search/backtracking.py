@@ -31,12 +31,15 @@ def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits,
                 continue
             seen.add(new.digest)
             c = cost(new)
+            # Against the best before this graph (TASO admits, then updates the best on
+            # the pop): compared after the update, a new best was never below 1 x
+            # itself, and greedy stopped after its first improving step.
+            if c < alpha * best[0]:
+                heapq.heappush(queue, (c, next(order), new, path + names, costs + [c]))
             if c < best[0]:
                 best = (c, new, path + names, costs + [c])
                 if progress:
                     progress(best[0], limits)
-            if c < alpha * best[0]:
-                heapq.heappush(queue, (c, next(order), new, path + names, costs + [c]))
             if (reason := limits.reason()):
                 break
     # The queue can run dry because matching stopped at the limit: that is no saturation.
