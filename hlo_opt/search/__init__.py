@@ -36,6 +36,7 @@ it times whole, whose timings carry a few percent of noise).
 from __future__ import annotations
 
 import gc
+import itertools
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -150,7 +151,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         prefix += names
         max_nodes = max(max_nodes, int(max_growth * len(graph.nodes)) + 1)
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
-                               algorithm, fixed)
+                               algorithm, fixed, step_gain)
     result.applied[:0] = prefix
     if search_gain and result.cost > priced(graph) * (1 - search_gain):
         # What the search found past the moves gains less than the noise of the timing
@@ -224,11 +225,12 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
     return graph, applied
 
 
-def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algorithm, fixed):
+def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algorithm, fixed,
+                  gain):
     """Split until parts are small; search each part with an equal share of what is
     left of the budget and time, a part that poses the same search as one before it
-    (`splitting.shape`) taking that one's result; stitch; then a greedy pass across the
-    cuts."""
+    (`splitting.shape`) taking that one's result; stitch; then a greedy pass over the
+    matches across the cuts (`splitting.spans`), each step gaining `gain`."""
     def tree(g: Graph):
         if operations(g) <= threshold or limits.reason():
             return g
@@ -247,6 +249,8 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     applied: list[str] = []
     reasons: list[str] = []
     found: dict[str, tuple[Graph, Result]] = {}    # a part's shape -> (part, its result)
+    part_of: dict = {}                             # node -> the part it was searched in
+    ids = itertools.count()
 
     def shapes(t) -> dict[Graph, str]:
         if isinstance(t, Graph):
@@ -257,10 +261,15 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     todo = len(set(keys.values()))
 
     def solve(t) -> Graph:
-        nonlocal todo
         if not isinstance(t, Graph):
             g, parts, first, second = t
-            return splitting.stitch(g, parts, solve(first), solve(second))
+            return splitting.stitch(g, parts, solve(first), solve(second), part_of)
+        out, i = part(t), next(ids)
+        part_of.update((n, i) for n in out.nodes)
+        return out
+
+    def part(t: Graph) -> Graph:
+        nonlocal todo
         if limits.reason():
             reasons.append(limits.reason())
             return t
@@ -287,13 +296,13 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         found[key] = (t, r)
         return r.graph
 
-    stitched = solve(shape)
+    stitched, where = solve(shape), splitting.spans(part_of)
     if priced(stitched) > priced(graph):      # parts' gains can be the whole's losses
-        stitched = graph                      # (a fusion across the cut undone)
+        stitched, where = graph, None         # (a fusion across the cut undone)
     across = Limits(STITCH_BUDGET, limits.remaining(), limits.clock)
     across.step, across.held = limits.step, limits.held
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
-                      max_nodes=max_nodes)
+                      max_nodes=max_nodes, gain=gain, where=where)
     limits.costed += across.costed
     applied.extend(cross.applied)
     reason = limits.reason() or next((r for r in reasons if r != SATURATED), SATURATED)

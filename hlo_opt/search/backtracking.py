@@ -4,6 +4,10 @@ A priority queue of graphs, cheapest first. Each popped graph's moves are costed
 graph joins the queue when it costs less than `alpha` times the best so far, so with
 alpha > 1 the search may pass through worse graphs to reach better ones (enlarge a
 kernel, then merge); alpha = 1 is greedy. Graphs are deduplicated by structural hash.
+
+With `gain`, a graph must cost that fraction less than the bar to count (alpha = 1: to be
+taken at all), as the sampling's steps must (`sampling.py`); with `where`, only the
+matches it keeps are moves (the pass across a split's cuts: `split.spans`).
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from hlo_opt.search.core import SATURATED, Limits, Priced, Result, moves
 
 
 def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits, *,
-              alpha: float, max_nodes: int, progress=None) -> Result:
+              alpha: float, max_nodes: int, gain: float = 0.0, where=None,
+              progress=None) -> Result:
     order = itertools.count()
     start = cost(graph)
     best = (start, graph, [], [start])           # cost, graph, rules applied, path costs
@@ -26,7 +31,7 @@ def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits,
     reason = None
     while queue and not (reason := limits.reason()):
         _, _, current, path, costs = heapq.heappop(queue)
-        for names, new in moves(current, rules, max_nodes, limits):
+        for names, new in moves(current, rules, max_nodes, limits, where):
             if new.digest in seen:
                 continue
             seen.add(new.digest)
@@ -34,9 +39,9 @@ def backtrack(graph: Graph, rules: Sequence[Rule], cost: Priced, limits: Limits,
             # Against the best before this graph (TASO admits, then updates the best on
             # the pop): compared after the update, a new best was never below 1 x
             # itself, and greedy stopped after its first improving step.
-            if c < alpha * best[0]:
+            if c < alpha * best[0] * (1 - gain):
                 heapq.heappush(queue, (c, next(order), new, path + names, costs + [c]))
-            if c < best[0]:
+            if c < best[0] * (1 - gain):
                 best = (c, new, path + names, costs + [c])
                 if progress:
                     progress(best[0], limits)

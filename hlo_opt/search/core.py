@@ -51,21 +51,25 @@ class Everywhere(tuple):
     """The matches of one rule, taken as one move (`Rule.apply_all`)."""
 
 
-def options(graph: Graph, rules: Sequence[Rule],
-            limits: "Limits | None" = None) -> Iterator[tuple[Rule, "Match | Everywhere"]]:
+def options(graph: Graph, rules: Sequence[Rule], limits: "Limits | None" = None,
+            where: Callable[[Match], bool] | None = None
+            ) -> Iterator[tuple[Rule, "Match | Everywhere"]]:
     """`matches`, and after each rule with several matches, all of them at once and
-    all those of each shape."""
+    all those of each shape; with `where`, of the matches it keeps."""
     index = by_op(graph)
     for rule in rules:
         if limits is not None and limits.reason():
             return
-        yield from ((rule, at) for at in rule_moves(rule, graph, index))
+        yield from ((rule, at) for at in rule_moves(rule, graph, index, where))
 
 
-def rule_moves(rule: Rule, graph: Graph, index: dict[str, list]) -> list["Match | Everywhere"]:
-    """One rule's moves in `graph` (`index`: `by_op(graph)`): each match, then its
-    all-at-once groups (`everywhere`)."""
+def rule_moves(rule: Rule, graph: Graph, index: dict[str, list],
+               where: Callable[[Match], bool] | None = None) -> list["Match | Everywhere"]:
+    """One rule's moves in `graph` (`index`: `by_op(graph)`): each match (that `where`
+    keeps), then their all-at-once groups (`everywhere`)."""
     found = rule.matches(graph, index)
+    if where is not None:
+        found = [m for m in found if where(m)]
     return [*found, *everywhere(found)]
 
 
@@ -127,9 +131,11 @@ def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere"
 
 
 def moves(graph: Graph, rules: Sequence[Rule], max_nodes: int,
-          limits: "Limits | None" = None) -> Iterator[tuple[list[str], Graph]]:
-    """(rule names applied, rewritten graph) for every applicable move."""
-    for rule, at in options(graph, rules, limits):
+          limits: "Limits | None" = None, where: Callable[[Match], bool] | None = None
+          ) -> Iterator[tuple[list[str], Graph]]:
+    """(rule names applied, rewritten graph) for every applicable move (of the matches
+    `where` keeps)."""
+    for rule, at in options(graph, rules, limits, where):
         if (move := step(graph, rule, at, max_nodes)) is not None:
             yield move
 
