@@ -36,3 +36,12 @@ def test_a_step_must_gain_the_asked_fraction():
                          max_nodes=100, gain=gain)
     assert run(0.5).applied == []                     # each step saves 2 of 6 nodes
     assert sorted(run(0.3).applied) == ["neg-neg", "transpose-cancel"]
+
+
+def test_greedy_search_steps_gain_step_gain():
+    g = capture.capture(lambda x: -(-(jnp.tanh(x.T.T))),
+                        (jnp.asarray(R.standard_normal((3, 4)), jnp.float32),)).graph
+    kw = dict(algorithm="greedy", split_threshold=None, time_limit=None, budget=300,
+              layouts=False)
+    assert search(g, rules.ALL, _nodes, step_gain=0.5, **kw).applied == []
+    assert len(search(g, rules.ALL, _nodes, step_gain=0.3, **kw).applied) == 2
