@@ -27,8 +27,8 @@ steps done once on the stack (`narrow.vectorize`), each when that is cheaper. At
 every frozen matmul weight is read N x K (`layout.weights_nk`) unless that is priced
 more than 2% dearer (its gain is inside the kernel timings' drift). With
 `step_gain`, each step of the sampling search (and of greedy) must lower the cost of the
-graph it left by that fraction to count as an improvement (0.5% by default: smaller gains are the
-kernel timings' noise, and chasing them set the sampling's time). With
+graph it left by that fraction to count as an improvement (0.5% by default: smaller
+gains are the kernel timings' noise, and chasing them set the sampling's time). With
 `search_gain`, what the search finds past those moves must gain that fraction over
 their graph together, or their graph is the result (`hlo_opt.jit` asks 10% of programs
 it times whole, whose timings carry a few percent of noise).
