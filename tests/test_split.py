@@ -35,6 +35,7 @@ def test_only_matches_across_a_cut_or_on_new_nodes_are_kept():
 
 
 def test_the_split_search_passes_over_the_matches_across_its_cuts(monkeypatch):
+    # One conv per block: test_search's two-conv blocks are cut where no match spans.
     def f(x, *ws):
         for w in ws:
             x = jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME")) + x
