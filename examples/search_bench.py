@@ -81,7 +81,7 @@ def one_search(graph, price, algorithm, split, model, *, limit=None, budget=None
     limit = FLAGS.time_limit or TIME_LIMIT if limit is None else limit
     start = time.perf_counter()
     r = search(graph, rules.ALL, price, algorithm=algorithm, time_limit=limit, budget=budget,
-               fixed=price.fixed,
+               fixed=price.fixed, timed_whole=model.cost(graph, price.fixed).whole,
                split_threshold=FLAGS.split_threshold if split else None,
                clock=pipeline.search_clock(model, limit or 0.0, extra))
     return r, time.perf_counter() - start

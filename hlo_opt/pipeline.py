@@ -91,7 +91,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     limit = TIME_LIMIT if options.time_limit is None else options.time_limit
     kwargs = {} if options.budget is None else {"budget": options.budget}
     if model.cost(original, frozen).whole:
-        kwargs.update(sweep_gain=NOISY_GAIN, search_gain=NOISY_GAIN)
+        kwargs.update(sweep_gain=NOISY_GAIN, search_gain=NOISY_GAIN, timed_whole=True)
     result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
                     time_limit=limit, split_threshold=options.split_threshold,
                     fixed=frozen, clock=search_clock(model, limit), **kwargs)

@@ -265,3 +265,20 @@ def test_a_tie_move_alone_is_left_to_measure_final(tmp_path, monkeypatch, measur
     assert report.applied == ({"dot-weight-to-nk": 2} if measure_final else {})
     assert not report.fell_back
     assert_close(ours(W, X), jax.jit(_mlp)(W, X), 1e-5)
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_a_program_timed_whole_is_searched_whole(tmp_path, monkeypatch, measured):
+    """A short program priced by timing it whole (`Cost.whole`: the measured model's
+    short programs, never the roofline's sums) is searched as one part."""
+    asked, real = [], pipeline.search
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("timed_whole", False))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(pipeline, "search", spy)
+    model = cost.Measured(tmp_path) if measured else cost.Analytic()
+    ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                       cost=model, time_limit=3.0)
+    assert_close(ours(W, X), jax.jit(qkv)(W, X), 1e-5)
+    assert asked == [measured]

@@ -3,6 +3,7 @@ could not see."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import hlo_opt.search
@@ -34,16 +35,21 @@ def test_only_matches_across_a_cut_or_on_new_nodes_are_kept():
     assert kept == {"transpose-cancel", "transpose-fuse", "transpose-through-unary"}
 
 
-def test_the_split_search_passes_over_the_matches_across_its_cuts(monkeypatch):
-    # One conv per block: test_search's two-conv blocks are cut where no match spans.
+def _one_conv_blocks(blocks: int = 8):
+    """Residual blocks of one conv each (test_search's two-conv blocks are cut where no
+    match spans); the graph and its number of arguments."""
     def f(x, *ws):
         for w in ws:
             x = jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME")) + x
         return x
     r_ = np.random.default_rng(1)
     args = [jnp.asarray(r_.standard_normal(s), jnp.float32)
-            for s in [(1, 4, 8, 8)] + [(4, 4, 3, 3)] * 8]
-    g = capture.capture(f, args).graph
+            for s in [(1, 4, 8, 8)] + [(4, 4, 3, 3)] * blocks]
+    return capture.capture(f, args).graph, len(args)
+
+
+def test_the_split_search_passes_over_the_matches_across_its_cuts(monkeypatch):
+    g, n_args = _one_conv_blocks()
     passes, real = [], hlo_opt.search.backtrack
 
     def spy(graph, rules_, cost, limits, **kw):
@@ -51,10 +57,27 @@ def test_the_split_search_passes_over_the_matches_across_its_cuts(monkeypatch):
         return real(graph, rules_, cost, limits, **kw)
     monkeypatch.setattr(hlo_opt.search, "backtrack", spy)
     model = cost.Analytic()
-    r = search(g, rules.ALL, lambda h: model.cost(h, range(1, len(args))).total,
+    r = search(g, rules.ALL, lambda h: model.cost(h, range(1, n_args)).total,
                algorithm="sampling", split_threshold=12, time_limit=30, budget=None)
     assert r.stats["parts"] >= 3
     ((whole, kw),) = passes                            # the parts are sampled
     assert kw["gain"] == 0.005
     found = [m for _, m in matches(whole, rules.ALL)]
     assert any(kw["where"](m) for m in found) and not all(kw["where"](m) for m in found)
+
+
+@pytest.mark.parametrize("timed_whole", [False, True])
+def test_a_graph_timed_whole_is_searched_whole(timed_whole):
+    # Parts priced as programs of their own do not price a program timed whole: with
+    # `timed_whole`, every graph priced is the whole program (its inputs and outputs).
+    g, n_args = _one_conv_blocks()
+    model, priced = cost.Analytic(), []
+
+    def price(h):
+        priced.append((len(h.inputs), len(h.outputs)))
+        return model.cost(h, range(1, n_args)).total
+    r = search(g, rules.ALL, price, algorithm="sampling", split_threshold=12, time_limit=30,
+               budget=None, timed_whole=timed_whole)
+    whole = (len(g.inputs), len(g.outputs))
+    assert (r.stats["parts"] == 1) == timed_whole
+    assert (set(priced) == {whole}) == timed_whole

@@ -31,7 +31,11 @@ graph it left by that fraction to count as an improvement (0.5% by default: smal
 gains are the kernel timings' noise, and chasing them set the sampling's time). With
 `search_gain`, what the search finds past those moves must gain that fraction over
 their graph together, or their graph is the result (`hlo_opt.jit` asks 10% of programs
-it times whole, whose timings carry a few percent of noise).
+it times whole, whose timings carry a few percent of noise). With `timed_whole` (the cost
+times the graph as one program, `Cost.whole`), the split's moves run but its parts are
+not cut: a part priced as a program of its own does not price its share of the whole
+(NasRNN's parts read gains of 15-28% that its whole program lost 3x on), so the whole
+graph is searched as one part.
 """
 from __future__ import annotations
 
@@ -93,7 +97,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
            max_growth: float = 2.0, q: int = 20, eta: int = 1, seed: int = 0,
            progress: bool = False, layouts: bool = True, sweep_gain: float = WHOLE_GAIN,
            search_gain: float = 0.0, step_gain: float = STEP_GAIN, fixed: Collection[int] = (),
-           clock: Callable[[], float] = time.perf_counter) -> Result:
+           timed_whole: bool = False, clock: Callable[[], float] = time.perf_counter) -> Result:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; one of {ALGORITHMS}")
     every = list(rules)
@@ -155,7 +159,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         prefix += names
         max_nodes = max(max_nodes, int(max_growth * len(graph.nodes)) + 1)
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
-                               algorithm, fixed, step_gain)
+                               algorithm, fixed, step_gain, timed_whole)
     result.applied[:0] = prefix
     if search_gain and result.cost > priced(graph) * (1 - search_gain):
         # What the search found past the moves gains less than the noise of the timing
@@ -230,7 +234,7 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
 
 
 def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algorithm, fixed,
-                  gain):
+                  gain, timed_whole=False):
     """Split until parts are small; search each part with an equal share of what is
     left of the budget and time, a part that poses the same search as one before it
     (`splitting.shape`) taking that one's result; stitch; then a greedy pass over the
@@ -249,7 +253,10 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     def leaves(t) -> int:
         return 1 if isinstance(t, Graph) else leaves(t[2]) + leaves(t[3])
 
-    shape = tree(graph)
+    # A program timed whole is searched whole, after the moves: its parts, timed as
+    # programs of their own, misled the search (NasRNN's stitched graph ran 3x slower
+    # than the graph before the cut), and their seconds were lost.
+    shape = graph if timed_whole else tree(graph)
     applied: list[str] = []
     reasons: list[str] = []
     found: dict[str, tuple[Graph, Result]] = {}    # a part's shape -> (part, its result)
