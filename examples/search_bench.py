@@ -8,7 +8,7 @@
    the same cost model (measured, weights frozen), search seconds, graphs costed, peak
    Python memory (tracemalloc, in a run of its own: see `_peak`). Each search runs, for
    `--warm_span` time limits, until a run times no new kernel or program (at most `WARM_RUNS`
-   times, see `_warm`), then at the reported time limit until a run times nothing new
+   times and `--warm_timing` seconds of timing, see `_warm`), then at the reported time limit until a run times nothing new
    (`_reported`), which is reported: the figures are the search's, not those of timing
    new kernels (a warm cache).
 2. OCGGS Fig. 4's series: ResNet with 2/4/6/8 blocks and Inception-v3 with 1-4 C
@@ -53,6 +53,8 @@ flags.DEFINE_integer("warm_span", 2, "Time limit of the warm-up searches, in the
                      "and the reruns (`_reported`), the 48 rows ran in 1 h 46 min on 2 "
                      "cores, where two took 58 minutes for SRU's two split rows alone.")
 flags.register_validator("warm_span", lambda v: v >= 1, "--warm_span takes 1 or more")
+flags.DEFINE_float("warm_timing", 300.0, "Seconds of first-time timing the warm-ups of one "
+                   "row may spend, all together (see `_warm`).")
 FLAGS = flags.FLAGS
 TIME_LIMIT = 10.0       # seconds per search unless --time_limit (bench.py's flag) says
 
@@ -106,9 +108,12 @@ def _until_quiet(model, most: int, run):
 
 def _warm(graph, price, algorithm, split, model) -> int:
     """Searches run to fill the cache, until one times nothing new (`WARM_RUNS` at
-    most). Their clock leaves out all timing, not only the pipeline's allowance: with
-    it, each of NasRNN's runs timed a time limit's worth of new programs (about 25 of
-    the 46-244 it explores) and three such runs left the reported one cold. And they
+    most) or they have spent `--warm_timing` seconds timing, all together. Their clock
+    leaves out that timing, not only the pipeline's allowance: with the allowance, each
+    of NasRNN's runs timed a time limit's worth of new programs (about 25 of the 46-244
+    it explores) and three such runs left the reported one cold. Without a bound, a
+    greedy warm-up of NasRNN, timed whole, compiled one candidate program after another
+    for over 4 minutes (2026-11-26, ef08a83), and its rows for over 20. And they
     run `--warm_span` time limits: on a warm cache a search is the same search run for
     longer (its part of the split too), so a longer one meets what the reported one
     will, where one as long ends where its own speed that run put it. With one time
@@ -117,8 +122,13 @@ def _warm(graph, price, algorithm, split, model) -> int:
     with two, those rows read 8.5-10.9 s of wall where they read 10.2-20.4 (2026-11-24,
     SRU's two still over 10 s after 4-5 runs: its parts are timed whole)."""
     limit = (FLAGS.time_limit or TIME_LIMIT) * FLAGS.warm_span
-    _, runs = _until_quiet(model, WARM_RUNS, lambda: one_search(
-        graph, price, algorithm, split, model, limit=limit, extra=float("inf")))
+    left = FLAGS.warm_timing
+    for runs in range(1, WARM_RUNS + 1):
+        before, measuring = _timed(model), getattr(model, "measuring", 0.0)
+        one_search(graph, price, algorithm, split, model, limit=limit, extra=left / limit)
+        left -= getattr(model, "measuring", 0.0) - measuring
+        if _timed(model) == before or left <= 0:
+            break
     return runs
 
 
@@ -319,7 +329,8 @@ def markdown(rows, series, exact, env) -> str:
              f"on `hlo_opt.jit`'s clock (seconds: the search's own; wall: with the first "
              f"timing of kernels no run before met; warm-ups: the searches "
              f"run before it, for {FLAGS.warm_span} time limit(s) each, their clock leaving "
-             f"out all timing, until one timed nothing new, {WARM_RUNS} at most; reruns: "
+             f"out their timing, until one timed nothing new, {WARM_RUNS} at most, or they "
+             f"had timed {FLAGS.warm_timing:g} s together; reruns: "
              f"runs at the time limit before the reported one that still timed something "
              f"new, {REPORT_RUNS - 1} at most; peak MiB: "
              f"tracemalloc's, in a run of its own with the timed run's graphs costed as "
