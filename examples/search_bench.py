@@ -7,10 +7,10 @@
    graph split: the best predicted cost found and its speed-up over the original under
    the same cost model (measured, weights frozen), search seconds, graphs costed, peak
    Python memory (tracemalloc, in a run of its own: see `_peak`). Each search runs, for
-   `--warm_span` time limits, until a run times no new kernel or program (at most `WARM_RUNS`
-   times and `--warm_timing` seconds of timing, see `_warm`), then at the reported time limit until a run times nothing new
-   (`_reported`), which is reported: the figures are the search's, not those of timing
-   new kernels (a warm cache).
+   `--warm_span` time limits, until a run times no new kernel or program (at most
+   `WARM_RUNS` times and `--warm_timing` seconds of timing, see `_warm`), then at the
+   reported time limit until a run times nothing new (`_reported`), which is reported:
+   the figures are the search's, not those of timing new kernels (a warm cache).
 2. OCGGS Fig. 4's series: ResNet with 2/4/6/8 blocks and Inception-v3 with 1-4 C
    blocks: nodes, seconds and graphs costed of the sampling search with the split (parts
    of at most 40 operations), run to the end (no budget, no time limit), with measured
