@@ -171,6 +171,25 @@ def line(series) -> dict[str, tuple[float, float]]:
             for b, a in [np.polyfit(ops, seconds, 1)]}
 
 
+def timed(model) -> tuple[int, int]:
+    """Kernels and whole programs a cost model has timed so far (cache misses)."""
+    return getattr(model, "measured", 0), getattr(model, "programs", 0)
+
+
+def until_quiet(model, most: int, run: Callable[[float], object],
+                timing: float = math.inf) -> tuple[object, int]:
+    """Calls `run(seconds of timing left)` until a call times nothing new (`timed`),
+    `most` calls at most, or until the calls have spent `timing` seconds timing, all
+    together (`model.measuring`); returns (the last call's result, the calls made)."""
+    for calls in range(1, most + 1):
+        before, measuring = timed(model), getattr(model, "measuring", 0.0)
+        out = run(timing)
+        timing -= getattr(model, "measuring", 0.0) - measuring
+        if timed(model) == before or timing <= 0:
+            break
+    return out, calls
+
+
 def enzyme(fn: Callable) -> Callable | None:
     """Enzyme-JAX's default pipeline around `fn`, or None when it is not installed."""
     try:

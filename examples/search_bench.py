@@ -90,22 +90,6 @@ def one_search(graph, price, algorithm, split, model, *, limit=None, budget=None
     return r, time.perf_counter() - start
 
 
-def _timed(model) -> tuple[int, int]:
-    """Kernels and whole programs `model` has timed so far (cache misses)."""
-    return getattr(model, "measured", 0), getattr(model, "programs", 0)
-
-
-def _until_quiet(model, most: int, run):
-    """Calls `run()` until a call times nothing new (`_timed`), `most` calls at most;
-    returns (the last call's result, the calls made)."""
-    for calls in range(1, most + 1):
-        before = _timed(model)
-        out = run()
-        if _timed(model) == before:
-            break
-    return out, calls
-
-
 def _warm(graph, price, algorithm, split, model) -> int:
     """Searches run to fill the cache, until one times nothing new (`WARM_RUNS` at
     most) or they have spent `--warm_timing` seconds timing, all together. Their clock
@@ -122,13 +106,9 @@ def _warm(graph, price, algorithm, split, model) -> int:
     with two, those rows read 8.5-10.9 s of wall where they read 10.2-20.4 (2026-11-24,
     SRU's two still over 10 s after 4-5 runs: its parts are timed whole)."""
     limit = (FLAGS.time_limit or TIME_LIMIT) * FLAGS.warm_span
-    left = FLAGS.warm_timing
-    for runs in range(1, WARM_RUNS + 1):
-        before, measuring = _timed(model), getattr(model, "measuring", 0.0)
-        one_search(graph, price, algorithm, split, model, limit=limit, extra=left / limit)
-        left -= getattr(model, "measuring", 0.0) - measuring
-        if _timed(model) == before or left <= 0:
-            break
+    _, runs = bench.until_quiet(model, WARM_RUNS, lambda left: one_search(
+        graph, price, algorithm, split, model, limit=limit, extra=left / limit),
+        timing=FLAGS.warm_timing)
     return runs
 
 
@@ -140,7 +120,7 @@ def _reported(graph, price, algorithm, split, model) -> tuple[object, float, int
     search, faster than a warm-up timing as it goes, reaches candidates they did not:
     with warm-ups of one time limit, 11 of 46 rows read 10.2-20.3 s of wall where the
     search's own clock read at most 10.3 (2026-11-24, 602bdbc)."""
-    (r, wall), runs = _until_quiet(model, REPORT_RUNS, lambda: one_search(
+    (r, wall), runs = bench.until_quiet(model, REPORT_RUNS, lambda _: one_search(
         graph, price, algorithm, split, model))
     return r, wall, runs - 1
 

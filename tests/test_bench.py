@@ -169,27 +169,22 @@ def test_each_model_script_runs(name, tmp_path):
     assert f"| {name} |" in result.stdout and "speedup" in result.stdout
 
 
-@pytest.mark.parametrize("warm_timing", [0.0, 600.0])
-def test_warm_ups_stop_once_they_have_spent_their_timing(tmp_path, warm_timing):
-    """On an empty cache the first warm-up times kernels; with time left a second runs
-    and, the cache warm, times nothing new; with none left the warm-ups stop after one
-    (a greedy warm-up of NasRNN, timed whole, compiled programs for over 4 minutes)."""
+@pytest.mark.parametrize("timing", [0.0, 600.0])
+def test_warm_ups_stop_once_they_have_spent_their_timing(tmp_path, timing):
+    """On an empty cache the first search times kernels; with timing left a second runs
+    and, the cache warm, times nothing new; with none left the calls stop after one (a
+    greedy warm-up of NasRNN, timed whole, compiled programs for over 4 minutes)."""
     import jax.numpy as jnp
-    import search_bench
-    from absl import flags
-    from hlo_opt import capture, cost
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
+    from hlo_opt import capture, cost, pipeline, rules
+    from hlo_opt.search import search
     w, x = jnp.ones((64, 64)), jnp.ones((8, 64))
     graph = capture.capture(lambda w, x: jnp.tanh(x @ w) * 2.0 + 1.0, (w, x)).graph
     model = cost.Measured(tmp_path, repeats=1, min_sample=1e-4)
-    price = search_bench.priced(model, graph, 1)
-    saved = {k: flags.FLAGS[k].value for k in ("warm_timing", "time_limit")}
-    try:
-        flags.FLAGS.warm_timing, flags.FLAGS.time_limit = warm_timing, 1.0
-        runs = search_bench._warm(graph, price, "greedy", False, model)
-    finally:
-        for k, v in saved.items():
-            flags.FLAGS[k].value = v
-    assert model.measured + model.programs > 0
-    assert runs == (1 if warm_timing == 0.0 else 2)
+
+    def warm_up(left):
+        return search(graph, rules.ALL, lambda g: model.cost(g, (0,)).total,
+                      algorithm="greedy", time_limit=2.0, fixed=(0,),
+                      clock=pipeline.search_clock(model, 2.0, left / 2.0))
+    result, calls = bench.until_quiet(model, 5, warm_up, timing=timing)
+    assert result.stats["costed"] > 0 and model.measured + model.programs > 0
+    assert calls == (1 if timing == 0.0 else 2)
