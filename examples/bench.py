@@ -171,6 +171,32 @@ def line(series) -> dict[str, tuple[float, float]]:
             for b, a in [np.polyfit(ops, seconds, 1)]}
 
 
+def bend(series) -> dict[str, tuple[float, float, float, float]]:
+    """Per series, whether the seconds an operation adds grow with the size: the least-
+    squares parabola of every seed's seconds on operations (`runs`, else the median
+    seed's), read as the seconds per operation it gives at the series' smallest and
+    largest size, and the 95% interval of their difference (nan with too few runs for
+    one). Growth at most linear is a difference whose interval is not above zero; the
+    log-log slope cannot say it where a stem the blocks are added to costs less per
+    operation than the blocks do (`line`)."""
+    out = {}
+    for family in dict.fromkeys(s["series"] for s in series):
+        points = [(s["ops"], t) for s in series if s["series"] == family
+                  for t in s.get("runs", [s["seconds"]])]
+        x, y = np.array(points, dtype=float).T
+        if len(set(x)) < 3:
+            continue
+        span = x.max() - x.min()
+        if len(x) > 5:                  # polyfit's covariance wants more points than 5
+            (c, b, _), cov = np.polyfit(x, y, 2, cov=True)
+            half = 1.96 * 2 * span * float(np.sqrt(cov[0, 0]))
+        else:
+            (c, b, _), half = np.polyfit(x, y, 2), math.nan
+        out[family] = (float(b + 2 * c * x.min()), float(b + 2 * c * x.max()),
+                       float(2 * c * span - half), float(2 * c * span + half))
+    return out
+
+
 def timed(model) -> tuple[int, int]:
     """Kernels and whole programs a cost model has timed so far (cache misses)."""
     return getattr(model, "measured", 0), getattr(model, "programs", 0)

@@ -218,7 +218,7 @@ def scaling(model) -> list[dict]:
         out.append({"series": family, "blocks": k, "nodes": len(graph.nodes), "ops": ops,
                     "seconds": float(np.median(seconds)), "least": seconds[0],
                     "most": seconds[-1], "mean": float(np.mean(seconds)),
-                    "costed": float(np.median(costed)), "seeds": len(runs),
+                    "costed": float(np.median(costed)), "seeds": len(runs), "runs": seconds,
                     "parts": float(np.median(parts)), "searched": float(np.median(searched))})
         print(f"scaling {family} {k}: {len(graph.nodes)} nodes, {ops} operations, "
               f"{out[-1]['seconds']:.2f} s ({seconds[0]:.2f}-{seconds[-1]:.2f})", flush=True)
@@ -343,7 +343,13 @@ def markdown(rows, series, exact, env) -> str:
                   ", ".join(f"{k} {v:.2f}" for k, v in bench.growth(series).items()) +
                   ". Least-squares line (seconds at no operation + ms per operation): " +
                   ", ".join(f"{k} {a:+.2f} s + {1e3 * b:.1f} ms"
-                            for k, (a, b) in bench.line(series).items()) + "."]
+                            for k, (a, b) in bench.line(series).items()) + ". "
+                  "Seconds per operation at the smallest and the largest size, from the "
+                  "least-squares parabola of every seed's run (the second above the first "
+                  "is growth faster than linear; 95% interval of the difference): " +
+                  ", ".join(f"{k} {1e3 * lo:.1f} -> {1e3 * hi:.1f} ms "
+                            f"[{1e3 * dl:+.1f}, {1e3 * dh:+.1f}]"
+                            for k, (lo, hi, dl, dh) in bench.bend(series).items()) + "."]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
                   f"optimum on **{exact['optimal']}/{exact['cases']}** small graphs "
@@ -364,7 +370,8 @@ def main(argv):
     exact = exactness() if FLAGS.exact_cases else None
     env = bench.environment()
     payload = {"environment": env, "models": rows, "scaling": series,
-               "growth": bench.growth(series), "line": bench.line(series), "exact": exact}
+               "growth": bench.growth(series), "line": bench.line(series),
+               "bend": bench.bend(series), "exact": exact}
     bench.write_report("search_bench", payload, markdown(rows, series, exact, env),
                        FLAGS.out, FLAGS.readme)
 

@@ -113,6 +113,32 @@ def test_scaling_line_is_intercept_and_seconds_per_operation_per_series():
     assert bench.growth(series)["offset"] > 1.2
 
 
+def test_scaling_bend_tells_a_stem_offset_from_growth_faster_than_linear():
+    # Six seeds per point, each off the curve by a seeded +-5%: seconds linear in the
+    # size above a cheap stem (a slope above 1, no bend), and seconds growing with the
+    # square of it (the seconds per operation double, with an interval above zero).
+    rng = np.random.default_rng(0)
+    sizes = (84, 108, 132, 156)
+
+    def point(family, n, f):
+        return {"series": family, "ops": n, "seconds": f(n),
+                "runs": list(f(n) * (1 + 0.05 * rng.uniform(-1, 1, 6)))}
+    series = [point("offset", n, lambda n: -1 + 0.02 * n) for n in sizes]
+    series += [point("square", n, lambda n: 1e-4 * n * n) for n in sizes]
+    bend = bench.bend(series)
+    assert bench.growth(series)["offset"] > 1.2
+    lo, hi, dl, dh = bend["offset"]
+    assert lo == pytest.approx(0.02, rel=0.5) and hi == pytest.approx(0.02, rel=0.5)
+    assert dl < 0 < dh
+    lo, hi, dl, dh = bend["square"]
+    assert lo == pytest.approx(2e-4 * 84, rel=0.2) and hi == pytest.approx(2e-4 * 156, rel=0.2)
+    assert 0 < dl < dh
+    # Medians alone (no runs): the parabola, but no interval.
+    medians = [{k: v for k, v in s.items() if k != "runs"} for s in series]
+    assert np.isnan(bench.bend(medians)["square"][2])
+    assert bench.bend(medians)["square"][1] == pytest.approx(2e-4 * 156)
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
