@@ -144,11 +144,13 @@ def sign_of(ratios, level: float = SIGN_LEVEL) -> int:
     return 0 if p >= level else (1 if above > below else -1)
 
 
-def _series(series):
-    """(family, operations, median seconds) per scaling series of two points or more."""
+def _series(series, each: bool = False):
+    """(family, operations, seconds) per scaling series of two sizes or more: the median
+    seed's seconds, or with `each` every seed's (`runs`, where a point has them)."""
     for family in dict.fromkeys(s["series"] for s in series):
-        points = [(s["ops"], s["seconds"]) for s in series if s["series"] == family]
-        if len(points) > 1:
+        points = [(s["ops"], t) for s in series if s["series"] == family
+                  for t in (s.get("runs", [s["seconds"]]) if each else [s["seconds"]])]
+        if len({ops for ops, _ in points}) > 1:
             yield family, *np.array(points, dtype=float).T
 
 
@@ -180,10 +182,7 @@ def bend(series) -> dict[str, tuple[float, float, float, float]]:
     log-log slope cannot say it where a stem the blocks are added to costs less per
     operation than the blocks do (`line`)."""
     out = {}
-    for family in dict.fromkeys(s["series"] for s in series):
-        points = [(s["ops"], t) for s in series if s["series"] == family
-                  for t in s.get("runs", [s["seconds"]])]
-        x, y = np.array(points, dtype=float).T
+    for family, x, y in _series(series, each=True):
         if len(set(x)) < 3:
             continue
         span = x.max() - x.min()
