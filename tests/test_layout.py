@@ -209,6 +209,27 @@ def test_the_finishing_move_is_priced_within_the_time_limit():
     assert r.stats["seconds"] <= 3.5
 
 
+def test_the_finishing_move_is_left_out_when_a_slow_step_spent_its_time():
+    """A step slower than those before it (a candidate with kernels the cache had not met)
+    spends the time held back for the move: the move is left out, not priced past the
+    limit (ResNeXt-50's greedy split search: 12.1 s of 10)."""
+    def busy(x, w1, w2, h):
+        y = x @ w1
+        z = (jnp.tanh(y) + y) * (y + 1.0)
+        return ((z @ w2) * 2.0 + 1.0) @ h
+    g = capture.capture(busy, MLP_ARGS).graph
+    now, steps = [0.0], iter([1.0, 1.0, 1.0, 3.4])
+
+    def price(h):     # 'seconds' per pricing: 1, 1, 1, then 3.4, then 1 each
+        now[0] += next(steps, 1.0)
+        return float(len(h.nodes)) - sum(n.op == "transpose" for n in h.nodes)
+    r = search(g, rules.ALL, price, algorithm="backtracking", alpha=1.5, time_limit=6.5,
+               budget=None, split_threshold=None, fixed=MLP_FROZEN, clock=lambda: now[0])
+    assert r.stop_reason == "time_limit" and r.stats["costed"] == 4
+    assert layout.NK not in r.applied
+    assert r.stats["seconds"] <= 6.5
+
+
 @pytest.mark.parametrize("dearer, taken", [(1.0, True), (1.01, True), (1.05, False)])
 def test_the_search_takes_weights_nk_unless_priced_dearer_than_the_tie(dearer, taken):
     """The move's gain is inside the kernel timings' drift: taken, at the end, unless

@@ -167,7 +167,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         # and the program ran slower than the moves' graph (1.11-1.20x against
         # 1.10-1.26x over jax.jit, interleaved).
         result = Result(graph, priced(graph), prefix, result.stop_reason, result.stats)
-    result, tie = _weights_nk(result, every, fixed, priced)
+    result, tie = _weights_nk(result, every, fixed, priced, limits)
     # Parts searched apart can lose in the whole: never worse (than the tie move's
     # allowance, when it was taken).
     if result.cost > start_cost * (1 + layout.TIE if tie else 1.0):
@@ -181,13 +181,15 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     return result
 
 
-def _weights_nk(result: Result, rules, fixed, priced) -> tuple[Result, bool]:
+def _weights_nk(result: Result, rules, fixed, priced, limits: Limits
+                ) -> tuple[Result, bool]:
     """The result with `layout.weights_nk` taken, unless that is priced more than
     `layout.TIE` dearer; and whether it was. A finishing move, after the search: its
     dots no longer match the merge rules, which read K x N weights, and the search
     would fold the transposes back on a tie (`dot-fold-rhs-transpose` undid 9 of BERT's
-    48 when the move came before it)."""
-    found = layout.weights_nk(result.graph, rules, fixed)
+    48 when the move came before it). Not tried when its pricing would end past the
+    time limit (`Limits.late`)."""
+    found = None if limits.late() else layout.weights_nk(result.graph, rules, fixed)
     if found is None or priced(found[0]) > result.cost * (1 + layout.TIE):
         return result, False
     return Result(found[0], priced(found[0]), result.applied + found[1], result.stop_reason,

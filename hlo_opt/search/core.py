@@ -163,6 +163,14 @@ class Limits:
             return TIME_LIMIT
         return None
 
+    def late(self) -> bool:
+        """Whether one more candidate at the recent step would end past the time limit:
+        the time `held` back was spent by steps slower than those before them (ResNeXt-50's
+        split search, its cold allowance spent, took 4.1 s on a candidate after 2.4 s,
+        and the finishing move, priced anyway, ended it at 12.1 s of 10)."""
+        return self.time_limit is not None and \
+            self.elapsed() + self.step > self.time_limit
+
     def took(self, seconds: float) -> None:
         self.step = max(seconds, 0.7 * self.step)    # one slow outlier (a cold kernel) fades
 
