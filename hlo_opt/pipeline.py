@@ -92,10 +92,9 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     kwargs = {} if options.budget is None else {"budget": options.budget}
     if model.cost(original, frozen).whole:
         kwargs.update(sweep_gain=NOISY_GAIN, search_gain=NOISY_GAIN, timed_whole=True)
-    with search_clock(model, limit) as clock:
-        result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
-                        time_limit=limit, split_threshold=options.split_threshold,
-                        fixed=frozen, clock=clock, **kwargs)
+    result = search(original, rules, price, algorithm=options.search, alpha=options.alpha,
+                    time_limit=limit, split_threshold=options.split_threshold,
+                    fixed=frozen, clock=search_clock(model, limit), **kwargs)
     seconds = time.perf_counter() - start
     before = result.stats.get("start_cost")
     if before is not None and result.cost > before * (1 - MIN_GAIN) and not (
@@ -148,46 +147,17 @@ def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence) -> 
     return best
 
 
-def search_clock(model, limit: float, extra: float = COLD_EXTRA) -> "SearchClock":
+def search_clock(model, limit: float, extra: float = COLD_EXTRA):
     """The search's clock: wall time less the time spent timing kernels for the first
     time during this search, up to `extra` x the limit. The time limit is about
     searching (the search issue: 10 s with a warm cost cache); on a cold cache,
     ResNet-50's kernels alone take 5 s to time, and counting that would leave the
-    search nothing. Entered (`with`), it has the model refuse timing that would carry
-    it past the limit (`SearchClock.affords`)."""
-    return SearchClock(model, limit, extra * limit if limit else 0.0)
-
-
-class SearchClock:
-    """See `search_clock`. A model without `measuring` times nothing: its clock is the
-    wall's."""
-
-    def __init__(self, model, limit: float | None, allowance: float):
-        self.model, self.limit, self.allowance = model, limit, allowance
-        # a cost model shared by many searches has timed before this one
-        self.before = getattr(model, "measuring", 0.0)
-        self.start = self()
-
-    def __call__(self) -> float:
-        return time.perf_counter() - self.left_out()
-
-    def left_out(self) -> float:
-        return min(getattr(self.model, "measuring", 0.0) - self.before, self.allowance)
-
-    def affords(self, seconds: float) -> bool:
-        """Whether `seconds` of first-time timing, started now, end by the limit on
-        this clock (the part past the allowance counts)."""
-        cold = max(0.0, seconds - (self.allowance - self.left_out()))
-        return not self.limit or self() + cold <= self.start + self.limit
-
-    def __enter__(self) -> "SearchClock":
-        if hasattr(self.model, "afford"):
-            self.model.afford = self.affords
-        return self
-
-    def __exit__(self, *_) -> None:
-        if hasattr(self.model, "afford"):
-            self.model.afford = None
+    search nothing."""
+    if not hasattr(model, "measuring"):
+        return time.perf_counter
+    allowance = extra * limit if limit else 0.0
+    before = model.measuring   # a cost model shared by many searches has timed before this one
+    return lambda: time.perf_counter() - min(model.measuring - before, allowance)
 
 
 def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:

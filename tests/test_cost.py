@@ -311,25 +311,6 @@ def test_writing_the_cache_counts_as_timing(tmp_path, monkeypatch):
     assert len(writes) == 1 and model.measuring == 1.5
 
 
-def test_a_model_refuses_the_first_timing_its_afford_refuses(tmp_path):
-    """While a search's clock is entered, the model asks it (`afford`) before timing
-    what it has not timed, at its mean seconds per timing so far, and raises
-    `Unaffordable` where refused; what it has timed is priced as before."""
-    g = graph_of(lambda x, w, b: jax.nn.relu(x @ w + b), X, W, B)
-    new = graph_of(lambda x, w, b: jnp.tanh(x @ w - b), X, W, B)    # one new loop kernel
-    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
-    total = model.cost(g).total
-    asked = []
-    model.afford = lambda seconds: asked.append(seconds) and False
-    assert model.cost(g).total == total and not asked
-    with pytest.raises(cost.Unaffordable):
-        model.cost(new)
-    assert len(asked) == 1 and 0 < asked[0] <= model.measuring
-    model.afford = lambda seconds: True
-    timed = model.measured
-    assert model.cost(new).total > 0 and model.measured == timed + 1
-
-
 def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
 

@@ -249,26 +249,6 @@ def test_the_search_clock_leaves_out_only_this_searchs_first_timings(monkeypatch
     assert clock() - start == 8.0 - pipeline.COLD_EXTRA * 10.0
 
 
-def test_the_search_clock_affords_first_timing_that_ends_by_the_limit(monkeypatch):
-    """Entered, the clock is the model's `afford`: timing the allowance still covers is
-    free, the rest counts on the clock, and it must end by the limit."""
-    class Shared:
-        measuring, afford = 0.0, None
-    now = [0.0]
-    monkeypatch.setattr(pipeline.time, "perf_counter", lambda: now[0])
-    model = Shared()
-    with pipeline.search_clock(model, 10.0, extra=1.0) as clock:
-        assert model.afford == clock.affords
-        now[0] += 4.0                              # 4 s of searching
-        assert clock.affords(15.0)                 # 10 s covered, 5 counted: ends at 9 s
-        assert not clock.affords(16.5)             # ends at 10.5 s
-        now[0] += 6.0
-        model.measuring += 6.0                     # 6 s of first-time timing, left out
-        assert clock() - clock.start == 4.0
-        assert clock.affords(10.0) and not clock.affords(10.5)   # 4 s covered now
-    assert model.afford is None
-
-
 def _mlp(w, x):
     return jnp.tanh(x @ w["q"]) @ w["k"]
 

@@ -211,33 +211,6 @@ def test_time_limit_is_honoured_within_ten_percent():
     assert time.perf_counter() - start <= 1.1
 
 
-def test_a_graph_the_cost_refuses_is_no_move_and_the_search_goes_on():
-    """A cost function raises `cost.Unaffordable` where timing a graph would carry the
-    search past its limit: that graph is no move (here every merged graph: the
-    enlarge-then-merge optimum is out of reach), it is counted, and the search goes on
-    with the graphs it can price, to saturation."""
-    g, args = _enlarge_merge_graph()
-
-    def refusing(h):
-        if _ops(h)["concatenate"]:
-            raise cost.Unaffordable("new kernels")
-        return toy_cost(h)
-    r = search(g, ENLARGE_MERGE, refusing, algorithm="backtracking", alpha=1.5,
-               split_threshold=None, time_limit=None, budget=200)
-    assert r.stats["refused"] >= 1 and r.stop_reason == SATURATED
-    assert not _ops(r.graph)["concatenate"] and r.cost == toy_cost(r.graph) == toy_cost(g)
-    assert r.stats["costed"] >= 2                     # the enlarged graph was priced
-
-
-def test_a_search_whose_start_the_cost_refuses_returns_it():
-    g, _ = _enlarge_merge_graph()
-
-    def never(h):
-        raise cost.Unaffordable("cold")
-    r = search(g, ENLARGE_MERGE, never, split_threshold=None, time_limit=10.0)
-    assert r.graph is g and r.applied == [] and r.stop_reason == TIME_LIMIT
-
-
 def test_budget_stops_the_search():
     g, _ = _resnet_like(2)
     r = search(g, rules.ALL, toy_cost, algorithm="sampling", budget=15, time_limit=None,

@@ -9,7 +9,6 @@
 - `memory`: page faults of buffers past malloc's mmap line, a per-call cost no kernel shows;
 - `model`: `Measured` / `Analytic` cost models; `cost = model.cost(graph, frozen=...)`.
 """
-from hlo_opt.cost.model import (Analytic, Cost, CostModel, KernelCost, Measured,
-                                Unaffordable, make)
+from hlo_opt.cost.model import Analytic, Cost, CostModel, KernelCost, Measured, make
 
-__all__ = ["Analytic", "Cost", "CostModel", "KernelCost", "Measured", "Unaffordable", "make"]
+__all__ = ["Analytic", "Cost", "CostModel", "KernelCost", "Measured", "make"]

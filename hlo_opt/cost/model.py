@@ -27,7 +27,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options
@@ -38,10 +38,6 @@ from hlo_opt.frozen import split, weight_only
 from hlo_opt.ir import Graph
 
 logger = logging.getLogger("hlo_opt")
-
-
-class Unaffordable(Exception):
-    """Raised by `Measured.cost` in place of first-time timing its `afford` refuses."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,10 +198,6 @@ class Measured(CostModel):
         self.measured = 0       # kernels timed (cache misses) by this object
         self.programs = 0       # whole programs timed (cache misses) by this object
         self.measuring = 0.0    # seconds spent timing them all
-        # Whether first-time timing of this many seconds may start now (a search's clock,
-        # `pipeline.SearchClock`, sets it while the search runs); None: always.
-        self.afford: Callable[[float], bool] | None = None
-        self._spent = {"kernel": [0.0, 0], "program": [0.0, 0]}   # seconds, timings
         self._references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
         self._summed: set[tuple] = set()            # signatures whose graphs are summed
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `structure`
@@ -245,12 +237,11 @@ class Measured(CostModel):
             return
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in again]
-        self._check("kernel", len(batch))
         started = time.perf_counter()
         timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
                                     min_sample=self.min_sample, options=self.options,
                                     cold=[c for _, c, _ in batch])
-        self._spend("kernel", time.perf_counter() - started, len(batch))
+        self.measuring += time.perf_counter() - started
         scale = anchors.scale([(now, then) for now, (*_, then)
                                in zip(timed[len(todo):], again)])
         for digest, seconds, (*_, contract) in zip(todo, timed, todo.values()):
@@ -273,7 +264,6 @@ class Measured(CostModel):
             return self.fallback().kernel_seconds(kernel)
         seconds = self.cache.get(timing)
         if seconds is None:
-            self._check("kernel", 1)
             started = time.perf_counter()
             try:
                 seconds = measure.time_graph(program, repeats=self.repeats,
@@ -284,7 +274,7 @@ class Measured(CostModel):
                              "roofline", [n.op for n in kernel.nodes], err)
                 return self.fallback().kernel_seconds(kernel)
             finally:
-                self._spend("kernel", time.perf_counter() - started, 1)
+                self.measuring += time.perf_counter() - started
             self.cache.put(timing, seconds)
             self.measured += 1
         if kernel.kind == "contract":
@@ -344,7 +334,6 @@ class Measured(CostModel):
             if ref is None:
                 return self._first(signature, graph, frozen, float(seconds), summed)
             return float(seconds)
-        self._check("program", 1)
         started = time.perf_counter()      # making the program is a cold price's cost too
         program = split(graph, frozen).runtime
         try:
@@ -374,25 +363,10 @@ class Measured(CostModel):
                          "kernels", err)
             return None
         finally:
-            self._spend("program", time.perf_counter() - started, 1)
+            self.measuring += time.perf_counter() - started
         self.cache.put(key, seconds)
         self.programs += 1
         return float(seconds) if ref else self._first(signature, graph, frozen, seconds, summed)
-
-    def _check(self, kind: str, count: int) -> None:
-        """Raises `Unaffordable` where `afford` refuses `count` first-time timings of
-        `kind` (kernel or program) at this object's mean seconds per such timing so far.
-        A guess, but the step before it is no better: a search whose allowance of cold
-        timing was spent took 10.3 s to price one candidate of Inception-v3 whose
-        parent had taken 0.7 s (its 30-odd kernels new), and ended at 11.4 s of 10."""
-        seconds, timings = self._spent[kind]
-        if self.afford is not None and timings and not self.afford(count * seconds / timings):
-            raise Unaffordable(f"{count} new {kind} timings")
-
-    def _spend(self, kind: str, seconds: float, count: int) -> None:
-        self.measuring += seconds
-        self._spent[kind][0] += seconds
-        self._spent[kind][1] += count
 
     def _first(self, signature, graph, frozen, seconds: float, summed: float) -> float | None:
         """The first graph of a signature, timed whole: the reference of all that follow

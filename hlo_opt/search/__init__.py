@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import math
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -108,10 +107,6 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     limits.held = int(layout.finishes(graph, every, fixed))
     priced = Priced(cost, limits)
     start_cost = priced(graph)
-    if start_cost == math.inf:      # refused (`Priced`): no price to compare others with
-        return Result(graph, start_cost, [], TIME_LIMIT,
-                      {"seconds": limits.elapsed(), "start_cost": start_cost, "costed": 0,
-                       "refused": 1, "algorithm": algorithm, "relaid": None, "tie": False})
     show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
     max_nodes = int(max_growth * len(graph.nodes)) + 1
     original, prefix = graph, []
@@ -179,7 +174,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         result = Result(original, start_cost, [], result.stop_reason, result.stats)
     result.stats.update(tie=tie and bool(result.applied))
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
-                        costed=limits.costed, refused=limits.refused, algorithm=algorithm,
+                        costed=limits.costed, algorithm=algorithm,
                         relaid=None if relaid is None else priced(relaid[0]))
     if show:
         sys.stderr.write("\n")
@@ -309,7 +304,6 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         todo -= 1
         r = run(t, algorithm, share)
         limits.costed += share.costed
-        limits.refused += share.refused
         applied.extend(r.applied)
         reasons.append(r.stop_reason)
         found[key] = (t, r)
@@ -323,7 +317,6 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes, gain=gain, where=where)
     limits.costed += across.costed
-    limits.refused += across.refused
     applied.extend(cross.applied)
     reason = limits.reason() or next((r for r in reasons if r != SATURATED), SATURATED)
     return Result(cross.graph, cross.cost, applied, reason,

@@ -9,12 +9,10 @@ as TASO does) is not a move.
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from hlo_opt.cost import Unaffordable
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Match, Rule
 
@@ -151,7 +149,6 @@ class Limits:
         self.budget, self.time_limit, self.clock = budget, time_limit, clock
         self.start = clock()
         self.costed = 0
-        self.refused = 0         # candidates the cost model would not time in the time left
         self.step = 0.0          # a candidate's recent cost to make and price (decaying max)
         self.held = 0            # candidates' time held back for work after the search
 
@@ -185,10 +182,7 @@ class Limits:
 
 
 class Priced:
-    """Costs graphs once each (by structural hash) and counts them against the limits.
-    A graph the cost function refuses to price (`cost.Unaffordable`: timing it would
-    carry the search past its limit) costs infinity: no move, and the search goes on
-    with graphs it can price."""
+    """Costs graphs once each (by structural hash) and counts them against the limits."""
 
     def __init__(self, cost: Callable[[Graph], float], limits: Limits,
                  memo: dict[str, float] | None = None, last: list | None = None):
@@ -210,12 +204,7 @@ class Priced:
         key = graph.digest
         if key not in self.memo:
             start = self.limits.clock()
-            try:
-                self.memo[key] = float(self.fn(graph))
-            except Unaffordable:
-                self.memo[key] = math.inf
-                self.limits.refused += 1
-                return math.inf
+            self.memo[key] = float(self.fn(graph))
             self.limits.costed += 1
             # the time since the last costing: applying the move, then pricing it
             now = self.limits.clock()
