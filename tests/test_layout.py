@@ -188,15 +188,17 @@ def test_weights_nk_moves_every_frozen_weight_and_no_other():
     assert layout.weights_nk(g, rules.ALL, ()) is None
 
 
+def _busy(x, w1, w2, h):          # commuting adds and muls: moves for thousands of graphs
+    y = x @ w1
+    z = (jnp.tanh(y) + y) * (y + 1.0)
+    return ((z @ w2) * 2.0 + 1.0) @ h
+
+
 def test_the_finishing_move_is_priced_within_the_time_limit():
     """Its time is held back from the search: with every pricing one 'second' on the
     search's clock, the search and the move end by the limit (the move was priced one
     second past it: ResNeXt-50's backtracking split search read 10.3 s)."""
-    def busy(x, w1, w2, h):          # commuting adds and muls: moves for thousands of graphs
-        y = x @ w1
-        z = (jnp.tanh(y) + y) * (y + 1.0)
-        return ((z @ w2) * 2.0 + 1.0) @ h
-    g = capture.capture(busy, MLP_ARGS).graph
+    g = capture.capture(_busy, MLP_ARGS).graph
     now = [0.0]
 
     def price(h):     # a node costs 1, a transpose nothing: the move is a tie
@@ -213,11 +215,7 @@ def test_the_finishing_move_is_left_out_when_a_slow_step_spent_its_time():
     """A step slower than those before it (a candidate with kernels the cache had not met)
     spends the time held back for the move: the move is left out, not priced past the
     limit (ResNeXt-50's greedy split search: 12.1 s of 10)."""
-    def busy(x, w1, w2, h):
-        y = x @ w1
-        z = (jnp.tanh(y) + y) * (y + 1.0)
-        return ((z @ w2) * 2.0 + 1.0) @ h
-    g = capture.capture(busy, MLP_ARGS).graph
+    g = capture.capture(_busy, MLP_ARGS).graph
     now, steps = [0.0], iter([1.0, 1.0, 1.0, 3.4])
 
     def price(h):     # 'seconds' per pricing: 1, 1, 1, then 3.4, then 1 each
