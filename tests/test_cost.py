@@ -321,12 +321,14 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
         for _ in range(16):
             x = jnp.tanh(x @ w)
         return x
-    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    # "Short" is `whole_below`, set far above either program: with the default (5 ms)
+    # heavy ran 9 ms on a slow host, and a fresh model, meeting it first, summed it.
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=1.0)
     first, second = model.cost(graph_of(light, x, w)), model.cost(graph_of(heavy, x, w))
     assert first.whole and second.whole and model.programs == 2
     assert second.total > first.total
     assert len(model._references) == 1           # heavy was timed against light
-    again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=1.0)
     assert again.cost(graph_of(heavy, x, w)).total == second.total and again.programs == 0
     summed = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
     assert not summed.cost(graph_of(light, x, w)).whole and summed.programs == 0
