@@ -168,6 +168,7 @@ def test_the_readme_has_the_bench_section():
     assert all(m in text for m in bench.markers("bench_all")) and "## Benchmarks" in text
 
 
+@pytest.mark.slow        # 4 minutes on 2 cores: every model, searched and timed
 def test_bench_all_quick_writes_the_three_files(tmp_path):
     result = _run("examples/bench_all.py", "--quick", "--train", "--repeats=2",
                   "--time_limit=1", f"--out={tmp_path}")
@@ -184,7 +185,9 @@ def test_bench_all_quick_writes_the_three_files(tmp_path):
     assert (tmp_path / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("name", models.NAMES)
+# One script (the quickest) in CI's fast run, the rest under -m slow (2.5 minutes).
+@pytest.mark.parametrize("name", [n if n == "nasrnn" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in models.NAMES])
 def test_each_model_script_runs(name, tmp_path):
     out = tmp_path / "r.json"
     result = _run(f"examples/{name}.py", "--small", "--repeats=1", "--batch=2",

@@ -63,6 +63,7 @@ def test_a_proof_needs_its_axioms():
     assert not outcome.ok and "not proven" in outcome.detail
 
 
+@pytest.mark.slow        # proves every rule again (2 minutes), as the test above does
 def test_cli_verify_prints_the_axiom_table_and_the_totals(capsys):
     assert main(["rules", "verify"]) == 0
     out = capsys.readouterr().out
