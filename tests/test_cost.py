@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from hlo_opt import capture, cost, emit
+from hlo_opt import capture, cost, deadline, emit
 from hlo_opt.cost import analytic, partition as part
 from hlo_opt.cost import anchors as cost_anchors
 from hlo_opt.cost import model as cost_model
@@ -474,6 +474,27 @@ def test_a_program_whose_kernels_sum_long_is_timed_whole_once_to_see(tmp_path, w
     assert c.whole == timed_whole and model.measured == 0 and model.programs == 0
     assert c.total == pytest.approx(whole if timed_whole else 2e-3)
     assert model.timed_whole(g, ()) == timed_whole
+
+
+def test_first_time_timing_stops_once_the_search_is_past_its_limit(tmp_path):
+    """Under a search's deadline (`hlo_opt.deadline`), passed: nothing new is compiled
+    or timed, neither the kernels nor the program whole; what is cached still prices."""
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+    g = graph_of(lambda x, w: jnp.tanh(x @ w) * 2.0, x, w)
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    with deadline.stop_when(lambda: True), pytest.raises(deadline.OutOfTime):
+        model.cost(g)
+    assert model.measured == 0 and model.programs == 0 and not model._isolated
+    kernels = [k for k in part.partition(g) if k.kind != "free"]
+    for k in kernels:                       # the kernels timed, the program not yet
+        model.cache.put(part.isolate(k).digest, 1e-4)
+    with deadline.stop_when(lambda: True), pytest.raises(deadline.OutOfTime):
+        model.cost(g)
+    assert model.measured == 0 and model.programs == 0
+    with deadline.stop_when(lambda: False):
+        assert model.cost(g).whole and model.programs == 1
+    with deadline.stop_when(lambda: True):  # all of it cached now
+        assert model.cost(g).whole and model.programs == 1
 
 
 def test_kernels_of_a_program_timed_whole_are_not_timed_alone(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from hlo_opt import capture, cost, emit, ir, rules
+from hlo_opt import capture, cost, deadline, emit, ir, rules
 from hlo_opt.frozen import weight_only
 from hlo_opt.rules.library import concat_split, conv
 from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
@@ -209,6 +209,45 @@ def test_time_limit_is_honoured_within_ten_percent():
                budget=None, split_threshold=None, clock=lambda: now[0])
     assert r.stop_reason == TIME_LIMIT
     assert r.stats["costed"] >= 50 and now[0] <= 1.1
+
+
+def _slow_every(nth: int, now: list, priced: list):
+    """A cost on a hand-moved clock: 10 ms a pricing, and every `nth` graph has 100 new
+    kernels to time first, 0.05 s each, the model's deadline checked before each."""
+    def cost_of(h):
+        priced.append(h.digest)
+        now[0] += 0.01
+        if len(priced) % nth == 0:
+            for _ in range(100):
+                deadline.check()
+                now[0] += 0.05
+        return toy_cost(h)
+    return cost_of
+
+
+def test_pricing_a_slow_candidate_stops_at_the_time_limit():
+    """One candidate's first-time timing can outlast the search's whole limit (on an
+    empty cache, one of Inception-v3's took 10 s after steps of 0.7 s, and carried its
+    search to 13.7 s of 10): past the limit it stops before its next kernel
+    (`hlo_opt.deadline`), and the search keeps the best it had."""
+    g, _ = _resnet_like(6)
+    now, priced = [0.0], []
+    r = search(g, rules.ALL, _slow_every(40, now, priced), algorithm="backtracking",
+               alpha=1.5, time_limit=1.0, budget=None, split_threshold=None,
+               clock=lambda: now[0])
+    assert r.stop_reason == TIME_LIMIT and 1.0 <= now[0] <= 1.1     # not 5.4 s
+    assert r.stats["costed"] == len(priced) - 1        # the stopped graph: not a price
+    assert r.cost <= r.stats["start_cost"] == toy_cost(g)
+
+
+def test_the_start_is_priced_however_long_it_takes():
+    """The start is what every candidate is compared with: priced past the limit."""
+    g, _ = _resnet_like(2)
+    now, priced = [0.0], []
+    r = search(g, rules.ALL, _slow_every(1, now, priced), algorithm="backtracking",
+               time_limit=1.0, budget=None, split_threshold=None, clock=lambda: now[0])
+    assert r.stop_reason == TIME_LIMIT and r.cost == toy_cost(g) and r.graph.digest == g.digest
+    assert now[0] >= 5.0 and r.stats["start_cost"] == toy_cost(g)
 
 
 def test_budget_stops_the_search():

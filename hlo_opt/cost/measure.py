@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hlo_opt import compile_options, emit
+from hlo_opt import compile_options, deadline, emit
 from hlo_opt.cost import residency
 from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
@@ -269,6 +269,11 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
     ready: list = []
     for graph in graphs:
         try:
+            deadline.check()        # past a search's limit: stop before the next compile
+        except deadline.OutOfTime:
+            _release_all(ready)
+            raise
+        try:
             fn, args = compiled(graph, seed, options)
             jax.block_until_ready(fn(*args))
             ready.append((fn, args))
@@ -286,10 +291,14 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
         except Exception as err:  # noqa: BLE001
             calls.append(err)
     out = least_in_rounds(calls, repeats)
+    _release_all(ready)
+    return out
+
+
+def _release_all(ready: list) -> None:
     for r in ready:
         if not isinstance(r, Exception):
             release(r[0])
-    return out
 
 
 def rotating(fn: Callable, args: list, cold: Sequence[int]) -> tuple[Callable, tuple]:

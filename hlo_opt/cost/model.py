@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 import jax
-from hlo_opt import compile_options
+from hlo_opt import compile_options, deadline
 from hlo_opt.cost import analytic, anchors, measure, memory, residency
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, structure
@@ -224,6 +224,7 @@ class Measured(CostModel):
         (`anchors.py`): a batch with any also times again a few this object priced
         before, and its new ones' seconds are divided by how much slower those ran."""
         todo: dict[str, tuple] = {}
+        added: list[tuple] = []
         for kernel in kernels:
             key = structure(kernel)
             if kernel.kind == "free" or not _runs_alone(kernel) or key in self._isolated \
@@ -231,17 +232,24 @@ class Measured(CostModel):
                 continue
             program = self._isolated[key] = isolate(kernel)
             timing = _timing(program, kernel)
-            if timing not in todo and self.cache.get(timing) is None:
-                todo[timing] = program, _cold(kernel), kernel.kind == "contract"
+            if self.cache.get(timing) is None:
+                todo.setdefault(timing, (program, _cold(kernel), kernel.kind == "contract"))
+                added.append(key)
         if not todo:
             return
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in again]
         started = time.perf_counter()
-        timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
-                                    min_sample=self.min_sample, options=self.options,
-                                    cold=[c for _, c, _ in batch])
-        self.measuring += time.perf_counter() - started
+        try:
+            timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
+                                        min_sample=self.min_sample, options=self.options,
+                                        cold=[c for _, c, _ in batch])
+        except deadline.OutOfTime:
+            for key in added:      # none timed: the next graph with them times them
+                self._isolated.pop(key, None)
+            raise
+        finally:
+            self.measuring += time.perf_counter() - started
         scale = anchors.scale([(now, then) for now, (*_, then)
                                in zip(timed[len(todo):], again)])
         for digest, seconds, (*_, contract) in zip(todo, timed, todo.values()):
@@ -269,6 +277,8 @@ class Measured(CostModel):
                 seconds = measure.time_graph(program, repeats=self.repeats,
                                              min_sample=self.min_sample,
                                              options=self.options, cold=_cold(kernel))
+            except deadline.OutOfTime:
+                raise
             except Exception as err:  # noqa: BLE001 - price it, don't fail the search
                 logger.debug("hlo_opt: cannot time kernel %s alone (%s); using the "
                              "roofline", [n.op for n in kernel.nodes], err)
@@ -334,6 +344,7 @@ class Measured(CostModel):
             if ref is None:
                 return self._first(signature, graph, frozen, float(seconds), summed)
             return float(seconds)
+        deadline.check()
         started = time.perf_counter()      # making the program is a cold price's cost too
         program = split(graph, frozen).runtime
         try:

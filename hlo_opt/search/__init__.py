@@ -106,7 +106,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     # The finishing move is priced after the search: its time is held back from it.
     limits.held = int(layout.finishes(graph, every, fixed))
     priced = Priced(cost, limits)
-    start_cost = priced(graph)
+    start_cost = priced(graph, anyway=True)
     show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
     max_nodes = int(max_growth * len(graph.nodes)) + 1
     original, prefix = graph, []
@@ -300,7 +300,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
                        else max(1, (limits.budget - limits.costed) // max(1, todo)),
                        None if limits.time_limit is None
                        else max(0.0, limits.remaining() - reserve) / max(1, todo),
-                       limits.clock)
+                       limits.clock, limits.deadline)
         todo -= 1
         r = run(t, algorithm, share)
         limits.costed += share.costed
@@ -310,9 +310,9 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         return r.graph
 
     stitched, where = solve(shape), splitting.spans(part_of)
-    if priced(stitched) > priced(graph):      # parts' gains can be the whole's losses
-        stitched, where = graph, None         # (a fusion across the cut undone)
-    across = Limits(STITCH_BUDGET, limits.remaining(), limits.clock)
+    if priced(stitched, anyway=True) > priced(graph):   # parts' gains can be the whole's
+        stitched, where = graph, None         # losses (a fusion across the cut undone)
+    across = Limits(STITCH_BUDGET, limits.remaining(), limits.clock, limits.deadline)
     across.step, across.held = limits.step, limits.held
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes, gain=gain, where=where)

@@ -9,10 +9,12 @@ as TASO does) is not a move.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from hlo_opt import deadline
 from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Match, Rule
 
@@ -145,9 +147,12 @@ class Limits:
     seconds by default; the pipeline's clock leaves out cold kernel measurements)."""
 
     def __init__(self, budget: int | None, time_limit: float | None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, deadline: float | None = None):
         self.budget, self.time_limit, self.clock = budget, time_limit, clock
         self.start = clock()
+        # When pricing stops (`Priced`): the whole search's limit, inherited by its parts.
+        self.deadline = deadline if deadline is not None or time_limit is None \
+            else self.start + time_limit
         self.costed = 0
         self.step = 0.0          # a candidate's recent cost to make and price (decaying max)
         self.held = 0            # candidates' time held back for work after the search
@@ -173,6 +178,9 @@ class Limits:
 
     def took(self, seconds: float) -> None:
         self.step = max(seconds, 0.7 * self.step)    # one slow outlier (a cold kernel) fades
+
+    def past(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
 
     def elapsed(self) -> float:
         return self.clock() - self.start
@@ -200,11 +208,18 @@ class Priced:
         self._last[0] = None
         return Priced(self.fn, limits, self.memo, self._last)
 
-    def __call__(self, graph: Graph) -> float:
+    def __call__(self, graph: Graph, anyway: bool = False) -> float:
+        """The graph's cost; infinite, and not kept, where the search's deadline passed
+        while the cost model was timing it for the first time (`hlo_opt.deadline`),
+        unless it is priced `anyway` (the search's start, the split's stitched graph)."""
         key = graph.digest
         if key not in self.memo:
             start = self.limits.clock()
-            self.memo[key] = float(self.fn(graph))
+            try:
+                with deadline.stop_when(None if anyway else self.limits.past):
+                    self.memo[key] = float(self.fn(graph))
+            except deadline.OutOfTime:
+                return math.inf
             self.limits.costed += 1
             # the time since the last costing: applying the move, then pricing it
             now = self.limits.clock()
