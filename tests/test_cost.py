@@ -311,6 +311,32 @@ def test_writing_the_cache_counts_as_timing(tmp_path, monkeypatch):
     assert len(writes) == 1 and model.measuring == 1.5
 
 
+def test_the_search_clock_stands_still_while_a_batch_is_timed(tmp_path, monkeypatch):
+    """The search's clock leaves out `measuring`, and reads it between the compiles of
+    a batch (`hlo_opt.deadline`): the timing under way counts as it goes. Counted only
+    once the batch was done, an 11 s batch read as 11 s of search, and the deadline
+    stopped Inception-v3's layout move half priced."""
+    import time
+    from hlo_opt import pipeline
+    from hlo_opt.cost import measure
+    now = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])     # a hand-moved clock
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
+    clock, read = pipeline.search_clock(model, 10.0), []
+
+    def time_graphs(graphs, **_):
+        for _ in graphs:
+            now[0] += 2.0                  # a compile and a timing
+            read.append(clock())
+        return [1e-4] * len(graphs)
+    monkeypatch.setattr(measure, "time_graphs", time_graphs)
+    g = graph_of(lambda x, w, b: jnp.tanh(jax.nn.relu(x @ w + b) @ w.T), X, W, B)
+    start = clock()
+    model.prepare([k for k in part.partition(g) if k.kind != "free"])
+    assert len(read) >= 2 and read == [start] * len(read)
+    assert model.measuring == 2.0 * len(read) and model.measured >= 2
+
+
 def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
 

@@ -22,12 +22,13 @@ first program of its signature.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import platform
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
@@ -197,7 +198,8 @@ class Measured(CostModel):
         self.whole_below = whole_below
         self.measured = 0       # kernels timed (cache misses) by this object
         self.programs = 0       # whole programs timed (cache misses) by this object
-        self.measuring = 0.0    # seconds spent timing them all
+        self._spent = 0.0       # seconds spent timing them all (`measuring`)
+        self._since: float | None = None    # when the timing under way began
         self._references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
         self._summed: set[tuple] = set()            # signatures whose graphs are summed
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `structure`
@@ -205,6 +207,32 @@ class Measured(CostModel):
         self._failed: set[str] = set()              # programs that would not run alone
         self._anchors = anchors.Anchors()           # dots and convs priced (`prepare`)
         self._fault: float | None = None            # `fault_per_byte`, once calibrated
+
+    @property
+    def measuring(self) -> float:
+        """Seconds spent timing, the timing under way included. A search's clock leaves
+        them out and reads them between the compiles of a batch (`hlo_opt.deadline`):
+        counted only once a batch was done, the 11 s of Inception-v3's layout move read
+        as 11 s of search, and its pricing was stopped at the deadline, half done."""
+        since = self._since
+        return self._spent + (0.0 if since is None else time.perf_counter() - since)
+
+    @measuring.setter
+    def measuring(self, seconds: float) -> None:
+        self._spent = seconds
+
+    @contextlib.contextmanager
+    def _spending(self) -> Iterator[None]:
+        """The time within counts as timing (`measuring`), as it goes."""
+        if self._since is not None:        # within another: counted there
+            yield
+            return
+        self._since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._spent += time.perf_counter() - self._since
+            self._since = None
 
     def fault_per_byte(self) -> float:
         if self._fault is None:
@@ -239,17 +267,15 @@ class Measured(CostModel):
             return
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in again]
-        started = time.perf_counter()
         try:
-            timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
-                                        min_sample=self.min_sample, options=self.options,
-                                        cold=[c for _, c, _ in batch])
+            with self._spending():
+                timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
+                                            min_sample=self.min_sample, options=self.options,
+                                            cold=[c for _, c, _ in batch])
         except deadline.OutOfTime:
             for key in added:      # none timed: the next graph with them times them
                 self._isolated.pop(key, None)
             raise
-        finally:
-            self.measuring += time.perf_counter() - started
         scale = anchors.scale([(now, then) for now, (*_, then)
                                in zip(timed[len(todo):], again)])
         for digest, seconds, (*_, contract) in zip(todo, timed, todo.values()):
@@ -272,19 +298,17 @@ class Measured(CostModel):
             return self.fallback().kernel_seconds(kernel)
         seconds = self.cache.get(timing)
         if seconds is None:
-            started = time.perf_counter()
             try:
-                seconds = measure.time_graph(program, repeats=self.repeats,
-                                             min_sample=self.min_sample,
-                                             options=self.options, cold=_cold(kernel))
+                with self._spending():
+                    seconds = measure.time_graph(program, repeats=self.repeats,
+                                                 min_sample=self.min_sample,
+                                                 options=self.options, cold=_cold(kernel))
             except deadline.OutOfTime:
                 raise
             except Exception as err:  # noqa: BLE001 - price it, don't fail the search
                 logger.debug("hlo_opt: cannot time kernel %s alone (%s); using the "
                              "roofline", [n.op for n in kernel.nodes], err)
                 return self.fallback().kernel_seconds(kernel)
-            finally:
-                self.measuring += time.perf_counter() - started
             self.cache.put(timing, seconds)
             self.measured += 1
         if kernel.kind == "contract":
@@ -345,36 +369,34 @@ class Measured(CostModel):
                 return self._first(signature, graph, frozen, float(seconds), summed)
             return float(seconds)
         deadline.check()
-        started = time.perf_counter()      # making the program is a cold price's cost too
-        program = split(graph, frozen).runtime
         try:
-            if ref is None:
-                seconds = measure.time_whole(program, repeats=self.repeats,
-                                             min_sample=self.WHOLE_SAMPLE,
-                                             options=self.options)
-            else:
-                # Each compiled here, not in `ratio`'s first calls: those choose its
-                # sample size and whether to settle, and a compile read as a call made
-                # each sample one unsettled call (NasRNN's dots split in eight, 1.22x
-                # the original paired when compiled first, priced 0.96x).
-                if ref[1] is None:
-                    ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
-                    jax.block_until_ready(ref[1][0](*ref[1][1]))
-                overhead = measure.dispatch_overhead()
-                fn, args = measure.compiled(program, options=self.options)
-                jax.block_until_ready(fn(*args))
-                try:
-                    ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
-                                          min_sample=self.WHOLE_SAMPLE)
-                finally:
-                    measure.release(fn)
-                seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
+            with self._spending():       # making the program is a cold price's cost too
+                program = split(graph, frozen).runtime
+                if ref is None:
+                    seconds = measure.time_whole(program, repeats=self.repeats,
+                                                 min_sample=self.WHOLE_SAMPLE,
+                                                 options=self.options)
+                else:
+                    # Each compiled here, not in `ratio`'s first calls: those choose its
+                    # sample size and whether to settle, and a compile read as a call made
+                    # each sample one unsettled call (NasRNN's dots split in eight, 1.22x
+                    # the original paired when compiled first, priced 0.96x).
+                    if ref[1] is None:
+                        ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
+                        jax.block_until_ready(ref[1][0](*ref[1][1]))
+                    overhead = measure.dispatch_overhead()
+                    fn, args = measure.compiled(program, options=self.options)
+                    jax.block_until_ready(fn(*args))
+                    try:
+                        ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
+                                              min_sample=self.WHOLE_SAMPLE)
+                    finally:
+                        measure.release(fn)
+                    seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
         except Exception as err:  # noqa: BLE001 - the kernel sum still stands
             logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
                          "kernels", err)
             return None
-        finally:
-            self.measuring += time.perf_counter() - started
         self.cache.put(key, seconds)
         self.programs += 1
         return float(seconds) if ref else self._first(signature, graph, frozen, seconds, summed)
@@ -395,9 +417,8 @@ class Measured(CostModel):
         rewrites the whole file (50 ms at 12,000 entries), and left on the search's
         clock it made a cold search stop at 523 of NasRNN's graphs where a warm one
         reaches 841."""
-        started = time.perf_counter()
-        self.cache.flush()
-        self.measuring += time.perf_counter() - started
+        with self._spending():
+            self.cache.flush()
 
 
 def _cold(kernel: Kernel) -> tuple[int, ...]:

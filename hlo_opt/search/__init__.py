@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -173,9 +174,12 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if result.cost > start_cost * (1 + layout.TIE if tie else 1.0):
         result = Result(original, start_cost, [], result.stop_reason, result.stats)
     result.stats.update(tie=tie and bool(result.applied))
+    # The layout move's price as the search had it; not priced again past the limit
+    # (infinite where its pricing was stopped: `Priced`).
+    relaid_cost = None if relaid is None else priced.memo.get(relaid[0].digest, math.inf)
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
                         costed=limits.costed, algorithm=algorithm,
-                        relaid=None if relaid is None else priced(relaid[0]))
+                        relaid=relaid_cost)
     if show:
         sys.stderr.write("\n")
     return result
