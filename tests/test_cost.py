@@ -517,6 +517,11 @@ def test_first_time_timing_stops_once_the_search_is_past_its_limit(tmp_path):
     with deadline.stop_when(lambda: True), pytest.raises(deadline.OutOfTime):
         model.cost(g)
     assert model.measured == 0 and model.programs == 0
+    checks = []                             # past it while the program compiled
+    with deadline.stop_when(lambda: bool(checks.append(1)) or len(checks) > 1), \
+            pytest.raises(deadline.OutOfTime):
+        model.cost(g)
+    assert model.programs == 0 and len(checks) == 2
     with deadline.stop_when(lambda: False):
         assert model.cost(g).whole and model.programs == 1
     with deadline.stop_when(lambda: True):  # all of it cached now

@@ -236,7 +236,7 @@ def test_pricing_a_slow_candidate_stops_at_the_time_limit():
                alpha=1.5, time_limit=1.0, budget=None, split_threshold=None,
                clock=lambda: now[0])
     assert r.stop_reason == TIME_LIMIT and 1.0 <= now[0] <= 1.1     # not 5.4 s
-    assert r.stats["costed"] == len(priced) - 1        # the stopped graph: not a price
+    assert r.stats["costed"] == len(priced) - 1 and r.stats["stopped"] == 1
     assert r.cost <= r.stats["start_cost"] == toy_cost(g)
 
 
@@ -247,7 +247,7 @@ def test_the_start_is_priced_however_long_it_takes():
     r = search(g, rules.ALL, _slow_every(1, now, priced), algorithm="backtracking",
                time_limit=1.0, budget=None, split_threshold=None, clock=lambda: now[0])
     assert r.stop_reason == TIME_LIMIT and r.cost == toy_cost(g) and r.graph.digest == g.digest
-    assert now[0] >= 5.0 and r.stats["start_cost"] == toy_cost(g)
+    assert now[0] >= 5.0 and r.stats["start_cost"] == toy_cost(g) and not r.stats["stopped"]
 
 
 def test_budget_stops_the_search():

@@ -204,6 +204,7 @@ def _time_program(graph: Graph, repeats: int, min_sample: float, seed: int,
                   options=None) -> float:
     fn, args = compiled(graph, seed, options)
     try:
+        deadline.check()        # a compile can cross a search's limit: no timing then
         return time_callable(fn, args, repeats=repeats, min_sample=min_sample)
     finally:
         release(fn)

@@ -388,11 +388,14 @@ class Measured(CostModel):
                     fn, args = measure.compiled(program, options=self.options)
                     jax.block_until_ready(fn(*args))
                     try:
+                        deadline.check()
                         ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
                                               min_sample=self.WHOLE_SAMPLE)
                     finally:
                         measure.release(fn)
                     seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
+        except deadline.OutOfTime:
+            raise
         except Exception as err:  # noqa: BLE001 - the kernel sum still stands
             logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
                          "kernels", err)

@@ -178,7 +178,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     # (infinite where its pricing was stopped: `Priced`).
     relaid_cost = None if relaid is None else priced.memo.get(relaid[0].digest, math.inf)
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
-                        costed=limits.costed, algorithm=algorithm,
+                        costed=limits.costed, stopped=limits.stopped, algorithm=algorithm,
                         relaid=relaid_cost)
     if show:
         sys.stderr.write("\n")
@@ -308,6 +308,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
         todo -= 1
         r = run(t, algorithm, share)
         limits.costed += share.costed
+        limits.stopped += share.stopped
         applied.extend(r.applied)
         reasons.append(r.stop_reason)
         found[key] = (t, r)
@@ -321,6 +322,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes, gain=gain, where=where)
     limits.costed += across.costed
+    limits.stopped += across.stopped
     applied.extend(cross.applied)
     reason = limits.reason() or next((r for r in reasons if r != SATURATED), SATURATED)
     return Result(cross.graph, cross.cost, applied, reason,

@@ -154,6 +154,7 @@ class Limits:
         self.deadline = deadline if deadline is not None or time_limit is None \
             else self.start + time_limit
         self.costed = 0
+        self.stopped = 0         # pricings stopped at the deadline (`Priced`)
         self.step = 0.0          # a candidate's recent cost to make and price (decaying max)
         self.held = 0            # candidates' time held back for work after the search
 
@@ -219,6 +220,7 @@ class Priced:
                 with deadline.stop_when(None if anyway else self.limits.past):
                     self.memo[key] = float(self.fn(graph))
             except deadline.OutOfTime:
+                self.limits.stopped += 1
                 return math.inf
             self.limits.costed += 1
             # the time since the last costing: applying the move, then pricing it
