@@ -292,9 +292,9 @@ def test_writing_the_cache_counts_as_timing(tmp_path, monkeypatch):
     one. On a stand-in clock that only a write of the cache advances (by 1.5 s), the
     model's `measuring` is exactly the writes."""
     import types
-    from hlo_opt.cost import model as cost_model
+    from hlo_opt.cost import stopwatch
     now = [0.0]
-    monkeypatch.setattr(cost_model, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(stopwatch, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     g = graph_of(lambda x, w, b: jax.nn.relu(x @ w + b), X, W, B)
     model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
     real, writes = model.cache.flush, []
@@ -309,6 +309,22 @@ def test_writing_the_cache_counts_as_timing(tmp_path, monkeypatch):
     assert writes and model.measuring == 1.5 * len(writes)
     model.cost(g)                                # warm: nothing timed, nothing written
     assert len(writes) == 1 and model.measuring == 1.5
+
+
+def test_a_stopwatch_counts_as_it_goes_and_a_run_within_a_run_once(monkeypatch):
+    import types
+    from hlo_opt.cost import stopwatch
+    now = [0.0]
+    monkeypatch.setattr(stopwatch, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    watch = stopwatch.Stopwatch()
+    with watch.running():
+        now[0] += 1.0
+        assert watch.read() == 1.0 and watch.spent == 0.0
+        with watch.running():
+            now[0] += 2.0
+        assert watch.read() == 3.0
+    now[0] += 5.0                            # not running: not spent
+    assert watch.read() == watch.spent == 3.0
 
 
 def test_the_search_clock_stands_still_while_a_batch_is_timed(tmp_path, monkeypatch):

@@ -22,18 +22,17 @@ first program of its signature.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import platform
-import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
 from hlo_opt.cost import analytic, anchors, measure, memory, residency
 from hlo_opt.cost.cache import Cache
+from hlo_opt.cost.stopwatch import Stopwatch
 from hlo_opt.cost.partition import Kernel, isolate, partition, structure
 from hlo_opt.frozen import split, weight_only
 from hlo_opt.ir import Graph
@@ -198,8 +197,7 @@ class Measured(CostModel):
         self.whole_below = whole_below
         self.measured = 0       # kernels timed (cache misses) by this object
         self.programs = 0       # whole programs timed (cache misses) by this object
-        self._spent = 0.0       # seconds spent timing them all (`measuring`)
-        self._since: float | None = None    # when the timing under way began
+        self._watch = Stopwatch()   # seconds spent timing them all (`measuring`)
         self._references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
         self._summed: set[tuple] = set()            # signatures whose graphs are summed
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `structure`
@@ -210,29 +208,14 @@ class Measured(CostModel):
 
     @property
     def measuring(self) -> float:
-        """Seconds spent timing, the timing under way included. A search's clock leaves
-        them out and reads them between the compiles of a batch (`hlo_opt.deadline`):
-        counted only once a batch was done, the 11 s of Inception-v3's layout move read
-        as 11 s of search, and its pricing was stopped at the deadline, half done."""
-        since = self._since
-        return self._spent + (0.0 if since is None else time.perf_counter() - since)
+        """Seconds spent timing, the timing under way included (`Stopwatch`): counted
+        only once a batch was done, the 11 s of Inception-v3's layout move read as 11 s
+        of search, and the deadline stopped its pricing half done."""
+        return self._watch.read()
 
     @measuring.setter
     def measuring(self, seconds: float) -> None:
-        self._spent = seconds
-
-    @contextlib.contextmanager
-    def _spending(self) -> Iterator[None]:
-        """The time within counts as timing (`measuring`), as it goes."""
-        if self._since is not None:        # within another: counted there
-            yield
-            return
-        self._since = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._spent += time.perf_counter() - self._since
-            self._since = None
+        self._watch.spent = seconds
 
     def fault_per_byte(self) -> float:
         if self._fault is None:
@@ -268,7 +251,7 @@ class Measured(CostModel):
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in again]
         try:
-            with self._spending():
+            with self._watch.running():
                 timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
                                             min_sample=self.min_sample, options=self.options,
                                             cold=[c for _, c, _ in batch])
@@ -299,7 +282,7 @@ class Measured(CostModel):
         seconds = self.cache.get(timing)
         if seconds is None:
             try:
-                with self._spending():
+                with self._watch.running():
                     seconds = measure.time_graph(program, repeats=self.repeats,
                                                  min_sample=self.min_sample,
                                                  options=self.options, cold=_cold(kernel))
@@ -370,7 +353,7 @@ class Measured(CostModel):
             return float(seconds)
         deadline.check()
         try:
-            with self._spending():       # making the program is a cold price's cost too
+            with self._watch.running():       # making the program is a cold price's cost too
                 program = split(graph, frozen).runtime
                 if ref is None:
                     seconds = measure.time_whole(program, repeats=self.repeats,
@@ -420,7 +403,7 @@ class Measured(CostModel):
         rewrites the whole file (50 ms at 12,000 entries), and left on the search's
         clock it made a cold search stop at 523 of NasRNN's graphs where a warm one
         reaches 841."""
-        with self._spending():
+        with self._watch.running():
             self.cache.flush()
 
 
