@@ -32,8 +32,8 @@ import jax
 from hlo_opt import compile_options, deadline
 from hlo_opt.cost import analytic, anchors, measure, memory, residency
 from hlo_opt.cost.cache import Cache
-from hlo_opt.cost.stopwatch import Stopwatch
 from hlo_opt.cost.partition import Kernel, isolate, partition, structure
+from hlo_opt.cost.stopwatch import Stopwatch
 from hlo_opt.frozen import split, weight_only
 from hlo_opt.ir import Graph
 
