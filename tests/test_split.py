@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 import hlo_opt.search
-from hlo_opt import capture, cost, rules
+from hlo_opt import capture, cost, deadline, rules
 from hlo_opt.search import search
 from hlo_opt.search import split as splitting
 from hlo_opt.search.core import matches
@@ -64,6 +64,31 @@ def test_the_split_search_passes_over_the_matches_across_its_cuts(monkeypatch):
     assert kw["gain"] == 0.005
     found = [m for _, m in matches(whole, rules.ALL)]
     assert any(kw["where"](m) for m in found) and not all(kw["where"](m) for m in found)
+
+
+def test_the_stitched_graph_is_priced_past_the_time_limit(monkeypatch):
+    """The parts' gains reach the result only through the stitched graph: priced past
+    the search's deadline, as the start is. Stopped there (priced at infinity) it would
+    lose to the graph before the split, and every part's search would go for nothing."""
+    g, n_args = _one_conv_blocks()
+    model, now, stitched, real = cost.Analytic(), [0.0], [], splitting.stitch
+
+    def stitch(*args):
+        stitched.append(real(*args))
+        return stitched[-1]
+    monkeypatch.setattr(splitting, "stitch", stitch)
+
+    def price(h):
+        now[0] += 0.001
+        if stitched and h.digest == stitched[-1].digest and len(h.inputs) == len(g.inputs):
+            now[0] += 100.0          # its new kernels take the search past its limit
+            deadline.check()
+        return model.cost(h, range(1, n_args)).total
+    r = search(g, rules.ALL, price, algorithm="sampling", split_threshold=12, time_limit=30,
+               budget=None, clock=lambda: now[0])
+    assert r.stats["parts"] >= 3 and now[0] > 100.0
+    assert r.graph.digest == stitched[-1].digest and r.cost == price(stitched[-1])
+    assert r.cost < r.stats["start_cost"] and not r.stats["stopped"]
 
 
 @pytest.mark.parametrize("timed_whole", [False, True])
