@@ -177,7 +177,7 @@ def calibrate(header: dict, cache_dir=None) -> float:
     held 17.5 ms the kernels did not show, 0.67 us a page."""
     cache = Cache("memory", header, cache_dir)
     if "xla_fault_per_byte" not in cache:
-        small, big = _copy_seconds(SMALL_COPIES), _copy_seconds(BIG_COPIES)
+        small, big = _copy_seconds((SMALL_COPIES, BIG_COPIES))
         cache.put("xla_fault_per_byte", max(big - small, 0.0) / COPY_BYTES)
         cache.flush()
     return float(cache.get("xla_fault_per_byte"))
@@ -187,18 +187,30 @@ COPY_BYTES = 4 << 20        # one 1024 x 1024 float32 weight
 SMALL_COPIES, BIG_COPIES = 6, 24    # 24 MiB of temp buffer, under the line; 96, past it
 
 
-def _copy_seconds(copies: int) -> float:
-    """Seconds per weight copy of a program of `copies` NCHW 1x1 convs on a 1x1 input
-    (the weight copies are all its work and all its temp buffer)."""
+def _copy_seconds(counts: tuple[int, ...]) -> list[float]:
+    """Seconds per weight copy of a program of n NCHW 1x1 convs on a 1x1 input for each
+    n in `counts` (the weight copies are all its work and all its temp buffer), timed
+    in rounds, one sample of each in turn (`measure.least_in_rounds`). Timed one
+    program after the other, the first read the process's slow start: in one CI run
+    the small program's copies read slower than the big one's, and the rate was cached
+    as 0 (three runs on the Intel host: 0.4, 1.5, 1.6e-10 s a byte one after the other;
+    1.0, 1.1, 1.5e-10 in rounds)."""
     def program(x, *weights):
         return sum(lax.conv_general_dilated(x, w, (1, 1), "VALID",
                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
                    for w in weights)
     rng = np.random.default_rng(0)
-    args = [jnp.ones((1, 1024, 1, 1), jnp.float32)] + [
-        jnp.asarray(rng.standard_normal((1024, 1024, 1, 1), np.float32)) for _ in range(copies)]
-    fn = jax.jit(program)
-    measure.warm_up()
-    seconds = min(measure.time_callable(fn, args) for _ in range(3))
-    measure.release(fn)
-    return seconds / copies
+    x = jnp.ones((1, 1024, 1, 1), jnp.float32)
+    weights = [jnp.asarray(rng.standard_normal((1024, 1024, 1, 1), np.float32))
+               for _ in range(max(counts))]
+    calls = []
+    for copies in counts:
+        fn, args = jax.jit(program), [x] + weights[:copies]
+        calls.append((fn, args, measure.sample_size(fn, args, 2e-3)))
+    seconds = measure.least_in_rounds(calls, repeats=5)
+    for fn, _, _ in calls:
+        measure.release(fn)
+    for s in seconds:
+        if isinstance(s, Exception):
+            raise s
+    return [s / copies for s, copies in zip(seconds, counts)]
