@@ -307,8 +307,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
                        limits.clock, limits.deadline)
         todo -= 1
         r = run(t, algorithm, share)
-        limits.costed += share.costed
-        limits.stopped += share.stopped
+        limits.add(share)
         applied.extend(r.applied)
         reasons.append(r.stop_reason)
         found[key] = (t, r)
@@ -321,8 +320,7 @@ def _split_search(graph, rules, priced, limits, run, threshold, max_nodes, algor
     across.step, across.held = limits.step, limits.held
     cross = backtrack(stitched, rules, priced.within(across), across, alpha=1.0,
                       max_nodes=max_nodes, gain=gain, where=where)
-    limits.costed += across.costed
-    limits.stopped += across.stopped
+    limits.add(across)
     applied.extend(cross.applied)
     reason = limits.reason() or next((r for r in reasons if r != SATURATED), SATURATED)
     return Result(cross.graph, cross.cost, applied, reason,

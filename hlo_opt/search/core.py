@@ -177,6 +177,11 @@ class Limits:
         return self.time_limit is not None and \
             self.elapsed() + self.step > self.time_limit
 
+    def add(self, part: "Limits") -> None:
+        """Count a sub-search's graphs (a split part's, the pass across the cuts) here."""
+        self.costed += part.costed
+        self.stopped += part.stopped
+
     def took(self, seconds: float) -> None:
         self.step = max(seconds, 0.7 * self.step)    # one slow outlier (a cold kernel) fades
 
