@@ -50,7 +50,7 @@ flags.DEFINE_bool("cases", True, "Also run the sign cases.")
 flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
 flags.DEFINE_enum("options", "choose", ["choose", "defaults"], "XLA compile options of each "
-                  "model's programs: chosen by timing its original as hlo_opt.jit does "
+                  "model's programs: chosen by timing as hlo_opt.jit does "
                   "(`pipeline.choose_options`), or XLA's defaults. The sign cases always "
                   "use the defaults.")
 flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: none, a "

@@ -140,7 +140,7 @@ def _peak(graph, price, algorithm, split, model, costed: int) -> int:
 
 def per_model(name, model) -> list[dict]:
     """Each algorithm's search of the model. A measured cost model times its kernels
-    compiled with the XLA options `hlo_opt.jit` chooses for the model's original
+    compiled with the XLA options `hlo_opt.jit` chooses for the model
     (`pipeline.choose_options`), as the search inside `hlo_opt.jit` does."""
     fn, params, inputs = models.build(name, small=FLAGS.small)
     graph = capture.capture(fn, (params, *inputs)).graph

@@ -12,8 +12,8 @@ NASNet-A (0.88x), BERT (0.93x) and SRU (0.87x). The one multi-conv fusion also b
 cost model's sum of kernels: ResNet-50 relaid ran 74 ms against 64 ms priced with it,
 and 51 against 51-55 priced without it (`/tmp/s23/reprice.py`).
 
-So it is measured, not assumed: `CHOICES` are tried on the original program against
-XLA's defaults (`pipeline.choose_options`), the kernels are priced and the program is
+So it is measured, not assumed: `CHOICES` are tried against XLA's defaults on the
+program the search is headed for (`pipeline.choose_options`, `pipeline.probe`), the kernels are priced and the program is
 compiled under the winner. An option this jaxlib does not know is left out, never fatal.
 """
 from __future__ import annotations

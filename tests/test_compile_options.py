@@ -11,6 +11,7 @@ import hlo_opt
 from hlo_opt import capture, compile_options, cost, pipeline
 from hlo_opt.cost import measure
 from hlo_opt.frozen import Runner
+from hlo_opt.rules import library
 from helpers import assert_close
 
 NO_YNN = compile_options.NO_YNN
@@ -70,6 +71,45 @@ def test_the_choice_is_defaults_or_a_choice_and_its_program_agrees():
     assert chosen in ({}, NO_YNN)
     runner = Runner(graph, (0, 1), chosen)
     assert_close(runner(leaves)[0], jax.jit(net)(W, X), 1e-5)
+
+
+def nchw_net(w, x):
+    y = lax.conv_general_dilated(x, w["a"].transpose(3, 2, 0, 1), (1, 1), "SAME")
+    y = lax.conv_general_dilated(jax.nn.relu(y), w["b"].transpose(3, 2, 0, 1), (1, 1), "SAME")
+    return jnp.mean(jax.nn.relu(y), axis=(2, 3))
+
+
+def _nchw_convs(graph) -> int:
+    return sum(n.op == "conv_general_dilated" and n.params["dimension_numbers"].lhs_spec
+               == (0, 1, 2, 3) for n in graph.nodes)
+
+
+def test_the_options_are_chosen_on_the_graph_the_search_is_headed_for():
+    x = X.transpose(0, 3, 1, 2)
+    graph = capture.capture(nchw_net, (W, x)).graph
+    relaid = pipeline.probe(graph, library.ALL)
+    assert _nchw_convs(graph) == 2 and _nchw_convs(relaid) == 0
+    assert_close(Runner(relaid, (0, 1))(jax.tree.leaves((W, x)))[0], jax.jit(nchw_net)(W, x),
+                 1e-5)
+    no_layout = [r for r in library.ALL if r.name != "conv-to-nhwc"]
+    assert pipeline.probe(graph, no_layout) is graph            # the rules cannot relay it
+    nhwc = capture.capture(net, (W, X)).graph
+    assert pipeline.probe(nhwc, library.ALL) is nhwc             # nothing to relay
+
+
+@needs_ynn_choice
+def test_choose_options_times_the_probe(monkeypatch):
+    timed = []
+
+    class Recording(Runner):
+        def __init__(self, graph, *args, **kwargs):
+            timed.append(graph)
+            super().__init__(graph, *args, **kwargs)
+    monkeypatch.setattr(pipeline, "Runner", Recording)
+    x = X.transpose(0, 3, 1, 2)
+    graph = capture.capture(nchw_net, (W, x)).graph
+    assert pipeline.choose_options(graph, (0, 1), jax.tree.leaves((W, x))) in ({}, NO_YNN)
+    assert [g.digest for g in timed] == [pipeline.probe(graph, library.ALL).digest]
 
 
 @needs_ynn_choice
