@@ -155,14 +155,13 @@ def probe(original: Graph, rules: Sequence) -> Graph:
     for, not the one it leaves. Where the rules relay a network's convs out in NHWC
     (`search.layout.relayout`, the move every CNN search of the zoo takes), that relaid
     graph; else the original. The two can disagree by more than the noise of one
-    timing: ResNeXt-50 NCHW ran 0.92x with YNNPACK off against XLA's defaults, and
-    one paired timing read it as no gain, so the defaults were chosen, under which its
-    NHWC program ran 1.3-1.4x slower (0.71-0.75x with YNNPACK off), and the model,
-    its kernels summed, put the NHWC variants' speed-ups 25-45% high (a conv net's
-    last convs become one library fusion that runs slower than they do alone;
-    `compile_options.py`). Relaid, ResNet-50 read
-    0.62x, NASNet-A 1.24x (the defaults), each the way its original did (Intel Xeon
-    host, `/tmp/s46/opts.py`)."""
+    timing: ResNeXt-50 NCHW ran 0.92x with YNNPACK off against XLA's defaults, and one
+    paired timing read it as no gain, so the defaults were chosen, under which its NHWC
+    program ran 1.3-1.4x slower (0.71-0.75x with YNNPACK off), and the model, its
+    kernels summed, put the NHWC variants' speed-ups 25-45% high (a conv net's last
+    convs become one library fusion that runs slower than they do alone;
+    `compile_options.py`). Relaid, ResNet-50 read 0.62x, NASNet-A 1.24x (the defaults),
+    each the way its original did (Intel Xeon host, `/tmp/s46/opts.py`)."""
     relaid = layout.relayout(original, rules)
     return relaid[0] if relaid else original
 
