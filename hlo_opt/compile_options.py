@@ -14,7 +14,8 @@ and 51 against 51-55 priced without it (`/tmp/s23/reprice.py`).
 
 So it is measured, not assumed: `CHOICES` are tried against XLA's defaults on the
 program the search is headed for (`pipeline.choose_options`, `pipeline.probe`), the
-kernels are priced and the program is compiled under the winner. An option this jaxlib does not know is left out, never fatal.
+kernels are priced and the program is compiled under the winner. An option this
+jaxlib does not know is left out, never fatal.
 """
 from __future__ import annotations
 
