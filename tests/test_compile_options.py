@@ -12,6 +12,7 @@ from hlo_opt import capture, compile_options, cost, pipeline
 from hlo_opt.cost import measure
 from hlo_opt.frozen import Runner
 from hlo_opt.rules import library
+from hlo_opt.rules.library import layout as L
 from helpers import assert_close
 
 NO_YNN = compile_options.NO_YNN
@@ -80,8 +81,8 @@ def nchw_net(w, x):
 
 
 def _nchw_convs(graph) -> int:
-    return sum(n.op == "conv_general_dilated" and n.params["dimension_numbers"].lhs_spec
-               == (0, 1, 2, 3) for n in graph.nodes)
+    return sum(n.op == "conv_general_dilated" and n.params["dimension_numbers"] == L.NCHW
+               for n in graph.nodes)
 
 
 def test_the_options_are_chosen_on_the_graph_the_search_is_headed_for():
