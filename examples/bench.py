@@ -196,6 +196,34 @@ def bend(series) -> dict[str, tuple[float, float, float, float]]:
     return out
 
 
+def ends(series, resamples: int = 2000) -> dict[str, tuple[float, float, float]]:
+    """Per series, the mean seconds per operation at its largest size over those at its
+    smallest, from every seed's run (`runs`), with the 95% interval of a bootstrap over
+    each end's seeds (seeded: the same runs give the same interval); nan interval with
+    one run at an end. An interval whose top is at most 1 shows time at most linear
+    between the ends whatever the series' intercept: a stem dearer per operation than
+    the blocks (a positive intercept) lowers the ratio; a cheaper one (negative) raises
+    it, so a ratio above 1 is not growth faster than linear by itself (`bend` is for
+    that)."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for family in dict.fromkeys(s["series"] for s in series):
+        points = sorted((s for s in series if s["series"] == family), key=lambda s: s["ops"])
+        if points[0]["ops"] == points[-1]["ops"]:
+            continue
+        low, high = (np.asarray(p.get("runs", [p["seconds"]]), float) / p["ops"]
+                     for p in (points[0], points[-1]))
+        ratio = float(high.mean() / low.mean())
+        if min(len(low), len(high)) < 2:
+            out[family] = (ratio, math.nan, math.nan)
+            continue
+        draws = [rng.choice(high, len(high)).mean() / rng.choice(low, len(low)).mean()
+                 for _ in range(resamples)]
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        out[family] = (ratio, float(lo), float(hi))
+    return out
+
+
 def timed(model) -> tuple[int, int]:
     """Kernels and whole programs a cost model has timed so far (cache misses)."""
     return getattr(model, "measured", 0), getattr(model, "programs", 0)

@@ -45,6 +45,13 @@ flags.register_validator("splits", lambda v: set(v) <= {"no", "yes"},
 flags.DEFINE_integer("split_threshold", 150, "Node count above which the split is used.")
 flags.DEFINE_integer("exact_cases", 40, "Random small graphs for the exactness check.")
 flags.DEFINE_bool("scaling", True, "Run the scaling series.")
+flags.DEFINE_list("resnet_blocks", ["2", "4", "6", "8"], "Blocks of the ResNet scaling "
+                  "series (OCGGS Fig. 4's: 2/4/6/8; more, and wider, narrow `bench.bend`'s "
+                  "interval).")
+flags.register_validator("resnet_blocks", lambda v: all(b.isdigit() and int(b) > 0 for b in v),
+                         "--resnet_blocks takes positive integers")
+flags.DEFINE_integer("scaling_seeds", 6, "Sampling seeds per point of the scaling series.")
+flags.register_validator("scaling_seeds", lambda v: v >= 1, "--scaling_seeds takes 1 or more")
 flags.DEFINE_string("cost", "measured", "Cost model: measured or analytic.")
 flags.DEFINE_string("out", "results", "Directory for search_bench.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's search_bench section.")
@@ -61,7 +68,6 @@ TIME_LIMIT = 10.0       # seconds per search unless --time_limit (bench.py's fla
 MOVES = [r for r in matched_alone(rules.ALL) if r.family != "algebra"]   # see exactness()
 GROWTH = 1.6            # node cap of enumeration and search alike, so the space is finite
 SCALING_PART = 40       # split threshold of the scaling series
-SCALING_SEEDS = 6       # sampling seeds per point; the median search is reported
 WARM_RUNS = 5           # searches to warm the cache with, at most
 REPORT_RUNS = 4         # reported-length searches until one times nothing new, at most
 
@@ -175,8 +181,13 @@ def per_model(name, model) -> list[dict]:
 
 def scaling(model) -> list[dict]:
     """Search seconds against graph size (OCGGS Fig. 4): per point, the sampling search
-    with each of `SCALING_SEEDS` seeds, warm (each seed run once before, to time what it
-    meets); the median over seeds, and the least and most.
+    with each of `--scaling_seeds` seeds, warm (under the measured model each seed run
+    once before, to time what it meets); the median over seeds, and the least and most.
+    Each seed is a round over every size, so the machine's drift hits all sizes alike:
+    run size after size, one size's 24 seeds met one spell (analytic cost, Intel host,
+    Inception 1 block read 0.68 s in one run and 0.88 s in the next, 4 blocks 1.35 and
+    1.52 s; the per-operation ratio of the ends, `bench.ends`, 1.11 in one, 0.89 in the
+    other, each interval clear of 1).
 
     Seeds, not repeats: the sampling is random, so its time is a random variable, and one
     seed's run is one draw (a repeat of it costs the same graphs again). With seed 0
@@ -193,32 +204,36 @@ def scaling(model) -> list[dict]:
     deterministic, as TASO's measured operator costs are in OCGGS's figure."""
     if isinstance(model, cost.Measured):
         model = cost.Measured(whole_below=0.0)
-    series = [("resnet", k, dict(blocks=(k, 0, 0, 0))) for k in (2, 4, 6, 8)]
+    series = [("resnet", int(k), dict(blocks=(int(k), 0, 0, 0))) for k in FLAGS.resnet_blocks]
     series += [("inception", k, dict(a=1, c=k, e=0)) for k in (1, 2, 3, 4)]
-    out = []
+    points = []
     for family, k, cfg in series:
         name = "resnet50" if family == "resnet" else "inception_v3"
         fn, params, inputs = models.build(name, small=True, **cfg)
         graph = capture.capture(fn, (params, *inputs)).graph
-        price = priced(model, graph, len(jax.tree.leaves(params)))
-        kw = dict(algorithm="sampling", split_threshold=SCALING_PART, time_limit=None,
-                  budget=None, fixed=price.fixed)
-        runs = []
-        for seed in range(SCALING_SEEDS):
-            search(graph, rules.ALL, price, seed=seed, **kw)               # warm the cache
-            runs.append(search(graph, rules.ALL, price, seed=seed, **kw))
-        seconds = sorted(r.stats["seconds"] for r in runs)
-        costed = sorted(r.stats["costed"] for r in runs)
+        points.append((family, k, graph, priced(model, graph, len(jax.tree.leaves(params)))))
+    runs = {k: [] for k in range(len(points))}
+    for seed in range(FLAGS.scaling_seeds):      # a round over the sizes per seed: drift
+        for i, (_, _, graph, price) in enumerate(points):         # hits every size alike
+            kw = dict(algorithm="sampling", split_threshold=SCALING_PART, time_limit=None,
+                      budget=None, fixed=price.fixed, seed=seed)
+            if isinstance(model, cost.Measured):
+                search(graph, rules.ALL, price, **kw)                      # warm the cache
+            runs[i].append(search(graph, rules.ALL, price, **kw))
+    out = []
+    for (family, k, graph, _), done in zip(points, runs.values()):
+        seconds = sorted(r.stats["seconds"] for r in done)
+        costed = sorted(r.stats["costed"] for r in done)
         # parts of the split, and those searched (the others took the search of an
         # alike part: Inception's third C block repeats the second's widths, its fourth
         # does not)
-        parts = [r.stats.get("parts") or 1 for r in runs]
-        searched = [r.stats.get("shapes") or 1 for r in runs]
+        parts = [r.stats.get("parts") or 1 for r in done]
+        searched = [r.stats.get("shapes") or 1 for r in done]
         ops = operations(graph)
         out.append({"series": family, "blocks": k, "nodes": len(graph.nodes), "ops": ops,
                     "seconds": float(np.median(seconds)), "least": seconds[0],
                     "most": seconds[-1], "mean": float(np.mean(seconds)),
-                    "costed": float(np.median(costed)), "seeds": len(runs), "runs": seconds,
+                    "costed": float(np.median(costed)), "seeds": len(done), "runs": seconds,
                     "parts": float(np.median(parts)), "searched": float(np.median(searched))})
         print(f"scaling {family} {k}: {len(graph.nodes)} nodes, {ops} operations, "
               f"{out[-1]['seconds']:.2f} s ({seconds[0]:.2f}-{seconds[-1]:.2f})", flush=True)
@@ -328,7 +343,8 @@ def markdown(rows, series, exact, env) -> str:
                      f"{r['peak_mib']:.0f} | {r['stop']} |")
     if series:
         lines += ["", f"Scaling series: the sampling search with the split, over "
-                  f"{series[0]['seeds']} seeds, warm; the median seed's seconds, "
+                  f"{series[0]['seeds']} seeds (each a round over the sizes), warm; "
+                  f"the median seed's seconds, "
                   f"the least and most, the mean per operation.", "",
                   "| scaling series | blocks | nodes | operations | seconds (median) "
                   "| least - most | ms per operation (mean) | graphs costed (median) "
@@ -349,7 +365,12 @@ def markdown(rows, series, exact, env) -> str:
                   "is growth faster than linear; 95% interval of the difference): " +
                   ", ".join(f"{k} {1e3 * lo:.1f} -> {1e3 * hi:.1f} ms "
                             f"[{1e3 * dl:+.1f}, {1e3 * dh:+.1f}]"
-                            for k, (lo, hi, dl, dh) in bench.bend(series).items()) + "."]
+                            for k, (lo, hi, dl, dh) in bench.bend(series).items()) + ". "
+                  "Mean seconds per operation at the largest size over those at the "
+                  "smallest (an interval whose top is at most 1 shows time at most linear "
+                  "between them; 95% bootstrap interval over seeds): " +
+                  ", ".join(f"{k} {r:.2f} [{lo:.2f}, {hi:.2f}]"
+                            for k, (r, lo, hi) in bench.ends(series).items()) + "."]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
                   f"optimum on **{exact['optimal']}/{exact['cases']}** small graphs "
@@ -371,7 +392,7 @@ def main(argv):
     env = bench.environment()
     payload = {"environment": env, "models": rows, "scaling": series,
                "growth": bench.growth(series), "line": bench.line(series),
-               "bend": bench.bend(series), "exact": exact}
+               "bend": bench.bend(series), "ends": bench.ends(series), "exact": exact}
     bench.write_report("search_bench", payload, markdown(rows, series, exact, env),
                        FLAGS.out, FLAGS.readme)
 

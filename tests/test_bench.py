@@ -139,6 +139,33 @@ def test_scaling_bend_tells_a_stem_offset_from_growth_faster_than_linear():
     assert bench.bend(medians)["square"][1] == pytest.approx(2e-4 * 156)
 
 
+def test_scaling_ends_bound_the_growth_between_the_smallest_and_largest_size():
+    # Eight seeds per point, each off the curve by a seeded +-20%: seconds on a line
+    # through a dear stem (per operation the ends' ratio is below 1, its interval too),
+    # and seconds growing with the square (the ratio is the sizes', interval above 1).
+    rng = np.random.default_rng(1)
+    sizes = (24, 66, 122, 234)
+
+    def point(family, n, f):
+        return {"series": family, "ops": n, "seconds": f(n),
+                "runs": list(f(n) * (1 + 0.2 * rng.uniform(-1, 1, 8)))}
+    series = [point("stem", n, lambda n: 0.2 + 0.01 * n) for n in sizes]
+    series += [point("square", n, lambda n: 1e-4 * n * n) for n in sizes]
+    series += [point("one size", 5, lambda n: 1.0)]
+    ends = bench.ends(series)
+    assert list(ends) == ["stem", "square"]
+    ratio, lo, hi = ends["stem"]
+    assert ratio == pytest.approx((0.2 / 234 + 0.01) / (0.2 / 24 + 0.01), rel=0.15)
+    assert lo < ratio < hi < 1
+    ratio, lo, hi = ends["square"]
+    assert ratio == pytest.approx(234 / 24, rel=0.15) and 1 < lo < ratio < hi
+    assert bench.ends(series) == ends                      # seeded: the same interval
+    # One run at an end (medians alone): the ratio, no interval.
+    medians = [{k: v for k, v in s.items() if k != "runs"} for s in series]
+    ratio, lo, hi = bench.ends(medians)["square"]
+    assert ratio == pytest.approx(234 / 24) and np.isnan(lo) and np.isnan(hi)
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
