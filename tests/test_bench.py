@@ -113,18 +113,22 @@ def test_scaling_line_is_intercept_and_seconds_per_operation_per_series():
     assert bench.growth(series)["offset"] > 1.2
 
 
+def _seeded(family, sizes, seconds, rng, spread, seeds) -> list[dict]:
+    """A made-up scaling series: per size, `seeds` runs off `seconds(size)` by a seeded
+    uniform +-`spread` (relative)."""
+    return [{"series": family, "ops": n, "seconds": seconds(n),
+             "runs": list(seconds(n) * (1 + spread * rng.uniform(-1, 1, seeds)))}
+            for n in sizes]
+
+
 def test_scaling_bend_tells_a_stem_offset_from_growth_faster_than_linear():
     # Six seeds per point, each off the curve by a seeded +-5%: seconds linear in the
     # size above a cheap stem (a slope above 1, no bend), and seconds growing with the
     # square of it (the seconds per operation double, with an interval above zero).
     rng = np.random.default_rng(0)
     sizes = (84, 108, 132, 156)
-
-    def point(family, n, f):
-        return {"series": family, "ops": n, "seconds": f(n),
-                "runs": list(f(n) * (1 + 0.05 * rng.uniform(-1, 1, 6)))}
-    series = [point("offset", n, lambda n: -1 + 0.02 * n) for n in sizes]
-    series += [point("square", n, lambda n: 1e-4 * n * n) for n in sizes]
+    series = _seeded("offset", sizes, lambda n: -1 + 0.02 * n, rng, 0.05, 6)
+    series += _seeded("square", sizes, lambda n: 1e-4 * n * n, rng, 0.05, 6)
     bend = bench.bend(series)
     assert bench.growth(series)["offset"] > 1.2
     lo, hi, dl, dh = bend["offset"]
@@ -145,13 +149,9 @@ def test_scaling_ends_bound_the_growth_between_the_smallest_and_largest_size():
     # and seconds growing with the square (the ratio is the sizes', interval above 1).
     rng = np.random.default_rng(1)
     sizes = (24, 66, 122, 234)
-
-    def point(family, n, f):
-        return {"series": family, "ops": n, "seconds": f(n),
-                "runs": list(f(n) * (1 + 0.2 * rng.uniform(-1, 1, 8)))}
-    series = [point("stem", n, lambda n: 0.2 + 0.01 * n) for n in sizes]
-    series += [point("square", n, lambda n: 1e-4 * n * n) for n in sizes]
-    series += [point("one size", 5, lambda n: 1.0)]
+    series = _seeded("stem", sizes, lambda n: 0.2 + 0.01 * n, rng, 0.2, 8)
+    series += _seeded("square", sizes, lambda n: 1e-4 * n * n, rng, 0.2, 8)
+    series += _seeded("one size", (5,), lambda n: 1.0, rng, 0.2, 8)
     ends = bench.ends(series)
     assert list(ends) == ["stem", "square"]
     ratio, lo, hi = ends["stem"]
