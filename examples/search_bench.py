@@ -46,8 +46,8 @@ flags.DEFINE_integer("split_threshold", 150, "Node count above which the split i
 flags.DEFINE_integer("exact_cases", 40, "Random small graphs for the exactness check.")
 flags.DEFINE_bool("scaling", True, "Run the scaling series.")
 flags.DEFINE_list("resnet_blocks", ["2", "4", "6", "8"], "Blocks of the ResNet scaling "
-                  "series (OCGGS Fig. 4's: 2/4/6/8; more, and wider, narrow `bench.bend`'s "
-                  "interval).")
+                  "series (OCGGS Fig. 4's: 2/4/6/8; more, and wider, narrow the intervals "
+                  "of `bench.bend` and `bench.ends`).")
 flags.register_validator("resnet_blocks", lambda v: all(b.isdigit() and int(b) > 0 for b in v),
                          "--resnet_blocks takes positive integers")
 flags.DEFINE_integer("scaling_seeds", 6, "Sampling seeds per point of the scaling series.")
@@ -212,7 +212,7 @@ def scaling(model) -> list[dict]:
         fn, params, inputs = models.build(name, small=True, **cfg)
         graph = capture.capture(fn, (params, *inputs)).graph
         points.append((family, k, graph, priced(model, graph, len(jax.tree.leaves(params)))))
-    runs = {k: [] for k in range(len(points))}
+    runs: list[list] = [[] for _ in points]
     for seed in range(FLAGS.scaling_seeds):      # a round over the sizes per seed: drift
         for i, (_, _, graph, price) in enumerate(points):         # hits every size alike
             kw = dict(algorithm="sampling", split_threshold=SCALING_PART, time_limit=None,
@@ -221,7 +221,7 @@ def scaling(model) -> list[dict]:
                 search(graph, rules.ALL, price, **kw)                      # warm the cache
             runs[i].append(search(graph, rules.ALL, price, **kw))
     out = []
-    for (family, k, graph, _), done in zip(points, runs.values()):
+    for (family, k, graph, _), done in zip(points, runs):
         seconds = sorted(r.stats["seconds"] for r in done)
         costed = sorted(r.stats["costed"] for r in done)
         # parts of the split, and those searched (the others took the search of an
