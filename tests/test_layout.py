@@ -14,6 +14,7 @@ from jax import lax
 from hlo_opt import capture, emit, ir, ops, rules
 from hlo_opt.rules.library import layout as L
 from hlo_opt.search import layout, search
+from hlo_opt.search import matched_alone as search_moves
 from helpers import assert_close
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -86,6 +87,59 @@ def test_relayout_leaves_no_transpose_between_convs_and_keeps_the_answer(name):
     assert counts["conv_general_dilated"] == applied.count("conv-to-nhwc")
     leaves = jax.tree_util.tree_leaves((params,) + tuple(inputs))
     assert_close(emit.run(new, leaves), emit.run(g, leaves), 1e-4, name)
+
+
+class _Counted:
+    """A rule that counts the times its matches are asked for: one per round of
+    `layout.saturate`."""
+
+    def __init__(self, rule):
+        self.rule, self.name, self.calls = rule, rule.name, 0
+
+    def matches(self, graph):
+        self.calls += 1
+        return self.rule.matches(graph)
+
+    def apply_all(self, graph, found):
+        return self.rule.apply_all(graph, found)
+
+
+def _rounds(blocks, one_sided=True):
+    """(relaid graph, sink rounds) of a ResNet stage of `blocks` blocks."""
+    fn, params, inputs = models.build("resnet50", small=True, blocks=(blocks, 0, 0, 0))
+    g = capture.capture(fn, (params,) + tuple(inputs)).graph
+    counted = _Counted(L.RULES["transpose-cancel"])
+    chosen = [counted if r.name == counted.name else r for r in rules.ALL
+              if one_sided or r.name not in layout.NCHW_ONE_SIDED]
+    new, applied = layout.relayout(g, chosen)
+    return new, counted.calls
+
+
+def test_relayout_sinks_a_residual_stream_in_rounds_its_depth_does_not_set():
+    # A transpose passes an add once both operands carry one, so with the two-sided
+    # rule alone block i+1's add waited for block i's relu: a round per block. The
+    # one-sided sinks move every block's transpose in the same round, to the same graph.
+    short, deep = _rounds(2), _rounds(8)
+    assert deep[1] == short[1] <= 6
+    alone = _rounds(8, one_sided=False)
+    assert alone[0].digest == deep[0].digest
+    assert alone[1] >= 8 + short[1] - 2
+
+
+def test_the_one_sided_sinks_take_only_an_nchw_transpose_whose_other_operand_has_none():
+    x, y = _rand(1, 4, 4, 3), _rand(1, 3, 4, 4)
+    lhs, rhs = (L.RULES[n] for n in layout.NCHW_ONE_SIDED)
+    to_nchw = lambda v: jnp.transpose(v, L.TO_NCHW)  # noqa: E731
+    one = capture.capture(lambda x, y: to_nchw(x) - y, (x, y)).graph
+    assert len(lhs.matches(one)) == 1 and rhs.matches(one) == []
+    new = lhs.apply(one, lhs.matches(one)[0])
+    assert_close(emit.run(new, [x, y]), emit.run(one, [x, y]), 1e-6, "lhs")
+    both = capture.capture(lambda x, z: to_nchw(x) - to_nchw(z), (x, x)).graph
+    assert lhs.matches(both) == [] == rhs.matches(both)          # the two-sided rule's
+    other = capture.capture(lambda x, y: jnp.transpose(x, (0, 2, 3, 1)) * y,
+                            (_rand(1, 3, 4, 4), _rand(1, 4, 4, 3))).graph
+    assert lhs.matches(other) == [] == rhs.matches(other)        # not its permutation
+    assert not set(layout.NCHW_ONE_SIDED) & {r.name for r in search_moves(rules.ALL)}
 
 
 def test_relayout_needs_the_conv_rule_and_an_nchw_conv():

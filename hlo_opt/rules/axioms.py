@@ -246,12 +246,26 @@ LAYOUT = [
       for name in ("transpose-through-binary-scalar-lhs", "transpose-through-binary-scalar-rhs",
                    "transpose-through-binary-broadcast-lhs",
                    "transpose-through-binary-broadcast-rhs")],
+    *[axiom(name.replace("transpose-to-nchw-through-binary", "binary-nchw-transpose"),
+            L.RULES[name].src, L.RULES[name].tgt,
+            lambda n, name=name: (lambda x, y: _binary_nchw(name, n, x, y),
+                                  [(1, 2, 2, 3), (1, 3, 2, 2)]),
+            guards=L.RULES[name].guards, cases=3)
+      for name in ("transpose-to-nchw-through-binary-lhs",
+                   "transpose-to-nchw-through-binary-rhs")],
 ]
 
 
 def _binary_with(name, n, x, y):
     """sub, div or mul of x transposed and a scalar or broadcast y, on the side `name` says."""
     tx = lax.transpose(x, (2, 0, 1))
+    op = (jnp.subtract, jnp.divide, jnp.multiply)[n % 3]
+    return op(tx, y) if name.endswith("lhs") else op(y, tx)
+
+
+def _binary_nchw(name, n, x, y):
+    """sub, div or mul of NHWC x transposed to NCHW and y, on the side `name` says."""
+    tx = lax.transpose(x, L.TO_NCHW)
     op = (jnp.subtract, jnp.divide, jnp.multiply)[n % 3]
     return op(tx, y) if name.endswith("lhs") else op(y, tx)
 

@@ -67,7 +67,8 @@ WHOLE_FAMILIES = ("conv", "concat_split", "fusion", "algebra")
 
 __all__ = ["search", "operations", "matched_alone", "Result", "ALGORITHMS", "SATURATED",
            "BUDGET", "TIME_LIMIT"]
-MOVE_ONLY = (groups.DOTS.halve, layout.NK)   # rules only the moves apply (see `matched_alone`)
+MOVE_ONLY = (groups.DOTS.halve, layout.NK,    # rules only the moves apply (`matched_alone`)
+             *layout.NCHW_ONE_SIDED)
 
 
 def matched_alone(rules: Sequence[Rule]) -> list[Rule]:
@@ -76,7 +77,8 @@ def matched_alone(rules: Sequence[Rule]) -> list[Rule]:
     every piece it multiplied the search: the enumeration of a three-dot test graph
     passed 5,000 graphs) nor `dot-weight-to-nk` (priced as a tie, taken on noise, and
     its dots no longer match the merge rules): the regrouping move and the finishing
-    move apply them."""
+    move apply them; nor the one-sided transpose sinks of the layout move
+    (`layout.NCHW_ONE_SIDED`), which only take its transposes to where they cancel."""
     return [r for r in rules if r.name not in MOVE_ONLY]
 
 

@@ -30,6 +30,7 @@ from hlo_opt.ir import Graph
 from hlo_opt.rules.lang import Match, Rule
 
 TO_NHWC = ("conv-to-nhwc",)
+NCHW_ONE_SIDED = ("transpose-to-nchw-through-binary-lhs", "transpose-to-nchw-through-binary-rhs")
 # Cancelling first, then sinking: each rule below either removes a transpose or moves
 # one toward the outputs (past a unary op, a binary op whose other operand is a scalar
 # or a smaller broadcast operand, a reduction, a pooling window, a slice, a concat), so
@@ -40,7 +41,7 @@ SINK = ("transpose-identity", "transpose-cancel", "transpose-fuse",
         "transpose-through-unary", "transpose-through-binary-scalar-lhs",
         "transpose-through-binary-scalar-rhs", "transpose-through-binary-broadcast-lhs",
         "transpose-through-binary-broadcast-rhs", "transpose-through-reduce",
-        "transpose-through-window", "transpose-through-slice")
+        "transpose-through-window", "transpose-through-slice", *NCHW_ONE_SIDED)
 MAX_STEPS_PER_NODE = 10     # a bound on saturation, far above what the zoo needs (~2)
 NK = "dot-weight-to-nk"
 TIE = 0.02                  # `weights_nk` is taken unless priced this much dearer

@@ -172,12 +172,42 @@ def _bcast_rule(side: int, scalar: bool) -> Rule:
                                    shapes))
 
 
+def _nchw_rule(side: int) -> Rule:
+    """g(t(x, NHWC->NCHW), y) -> t(g(x, t'(y)), NHWC->NCHW) with y of t(x)'s shape and not
+    itself so transposed (then `transpose-through-binary` takes both): the transpose a
+    conv put in NHWC leaves behind passes a binary op before the other operand carries
+    one. Sinking a ResNet's residual stream waited for that, one block per round of
+    `search.layout.saturate` (34 rounds at 32 blocks, the time growing with the square
+    of the depth). Only that permutation, so it cannot undo itself on the other operand
+    (it adds an NCHW->NHWC transpose there); a move of the layout move alone
+    (`search.MOVE_ONLY`)."""
+    tx = t(x, perm)
+    src = Pat(g, tx, y) if side == 0 else Pat(g, y, tx)
+    back = t(y, Fn(lambda m: inverse(m[perm])))
+    tgt = t(Pat(g, x, back) if side == 0 else Pat(g, back, x), perm)
+    order = (lambda x, y: (x, y)) if side == 0 else (lambda x, y: (y, x))
+
+    def untransposed(m):
+        node = m.node(y) if m[y].node.op == "transpose" else None
+        return node is None or tuple(node.params["permutation"]) != TO_NCHW
+    return Rule(f"transpose-to-nchw-through-binary-{'lhs' if side == 0 else 'rhs'}", "layout",
+                src, tgt,
+                guards=[Guard("to-nchw", lambda m: tuple(m[perm]) == TO_NCHW),
+                        Guard("same-shapes", lambda m: m.shape(y) == m.shape(tx)),
+                        Guard("other-untransposed", untransposed)],
+                identity="g(t(x), y) -> t(g(x, t'(y)))",
+                example=lambda n: (lambda x, y: _binary(n)(*order(jnp.transpose(x, TO_NCHW),
+                                                                  y * (1 + n))),
+                                   [(1, 2, 3, 4), (1, 4, 2, 3)]))
+
+
 SINK = [
     Rule("transpose-through-window", "layout", _pool,
          t(Pat(POOL, x, **{k: Fn(unpermuted(k, _pool)) for k in WINDOW_PARAMS}), perm),
          identity="pool(t(x)) -> t(pool(x)) (window per axis renamed)",
          example=lambda n: (_pool_fn(n), [(1, 5, 4, 2)])),
     *[_bcast_rule(side, scalar) for side in (0, 1) for scalar in (True, False)],
+    *[_nchw_rule(side) for side in (0, 1)],
 ]
 
 
