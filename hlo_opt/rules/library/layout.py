@@ -188,8 +188,8 @@ def _nchw_rule(side: int) -> Rule:
     order = (lambda x, y: (x, y)) if side == 0 else (lambda x, y: (y, x))
 
     def untransposed(m):
-        node = m.node(y) if m[y].node.op == "transpose" else None
-        return node is None or tuple(node.params["permutation"]) != TO_NCHW
+        node = m[y].node
+        return node.op != "transpose" or tuple(node.params["permutation"]) != TO_NCHW
     return Rule(f"transpose-to-nchw-through-binary-{'lhs' if side == 0 else 'rhs'}", "layout",
                 src, tgt,
                 guards=[Guard("to-nchw", lambda m: tuple(m[perm]) == TO_NCHW),
