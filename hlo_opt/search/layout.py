@@ -35,7 +35,7 @@ NCHW_ONE_SIDED = ("transpose-to-nchw-through-binary-lhs", "transpose-to-nchw-thr
 # one toward the outputs (past a unary op, a binary op whose other operand is a scalar
 # or a smaller broadcast operand, a reduction, a pooling window, a slice, a concat; an
 # NHWC->NCHW one also past a binary op whose other operand has none, leaving there an
-# NCHW->NHWC one that no rule here moves), so saturation ends.
+# NCHW->NHWC one; no rule here moves a transpose up), so saturation ends.
 SINK = ("transpose-identity", "transpose-cancel", "transpose-fuse",
         "transpose-through-binary", *(f"transpose-through-concat{k}"
                                       for k in ("", "-3", "-4", "-5", "-6", "-7", "-8")),
