@@ -248,7 +248,7 @@ LAYOUT = [
                    "transpose-through-binary-broadcast-rhs")],
     *[axiom(name.replace("transpose-to-nchw-through-binary", "binary-nchw-transpose"),
             L.RULES[name].src, L.RULES[name].tgt,
-            lambda n, name=name: (lambda x, y: _binary_nchw(name, n, x, y),
+            lambda n, name=name: (lambda x, y: _binary_with(name, n, x, y, L.TO_NCHW),
                                   [(1, 2, 2, 3), (1, 3, 2, 2)]),
             guards=L.RULES[name].guards, cases=3)
       for name in ("transpose-to-nchw-through-binary-lhs",
@@ -256,16 +256,10 @@ LAYOUT = [
 ]
 
 
-def _binary_with(name, n, x, y):
-    """sub, div or mul of x transposed and a scalar or broadcast y, on the side `name` says."""
-    tx = lax.transpose(x, (2, 0, 1))
-    op = (jnp.subtract, jnp.divide, jnp.multiply)[n % 3]
-    return op(tx, y) if name.endswith("lhs") else op(y, tx)
-
-
-def _binary_nchw(name, n, x, y):
-    """sub, div or mul of NHWC x transposed to NCHW and y, on the side `name` says."""
-    tx = lax.transpose(x, L.TO_NCHW)
+def _binary_with(name, n, x, y, perm=(2, 0, 1)):
+    """sub, div or mul of x transposed by `perm` and y (a scalar, a broadcast or a
+    same-shape operand), on the side `name` says."""
+    tx = lax.transpose(x, perm)
     op = (jnp.subtract, jnp.divide, jnp.multiply)[n % 3]
     return op(tx, y) if name.endswith("lhs") else op(y, tx)
 

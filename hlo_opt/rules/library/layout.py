@@ -153,23 +153,36 @@ def smaller(v, than) -> Guard:
     return Guard("broadcast-operand", test)
 
 
-def _bcast_rule(side: int, scalar: bool) -> Rule:
-    """g(t(x), y) -> t(g(x, y')) with y a scalar (y' = y) or a smaller same-rank tensor
-    broadcast into t(x) (y' = y transposed back); `side` is t(x)'s operand position."""
+def _past_binary(name: str, side: int, scalar: bool, guards, x_perm, shapes) -> Rule:
+    """g(t(x), y) -> t(g(x, y')), y' = y (`scalar`) or y transposed back; `side` is
+    t(x)'s operand position; `guards(tx)` the rule's guards on the pattern t(x); the
+    example transposes its x by `x_perm`."""
     tx = t(x, perm)
     src = Pat(g, tx, y) if side == 0 else Pat(g, y, tx)
     back = y if scalar else t(y, Fn(lambda m: inverse(m[perm])))
     tgt = t(Pat(g, x, back) if side == 0 else Pat(g, back, x), perm)
-    shapes = [(3, 4, 2), ()] if scalar else [(3, 4, 2), (1, 1, 4)]
     order = (lambda x, y: (x, y)) if side == 0 else (lambda x, y: (y, x))
-    return Rule(f"transpose-through-binary-{'scalar' if scalar else 'broadcast'}"
-                f"-{'lhs' if side == 0 else 'rhs'}", "layout", src, tgt,
-                guards=[smaller(y, tx), Guard("scalar" if scalar else "same-rank",
-                                              lambda m: (m.shape(y) == ()) == scalar)],
+    return Rule(f"{name}-{'lhs' if side == 0 else 'rhs'}", "layout", src, tgt,
+                guards=guards(tx),
                 identity="g(t(x), y) -> t(g(x, " + ("y))" if scalar else "t'(y)))"),
-                example=lambda n: (lambda x, y: _binary(n)(*order(jnp.transpose(x, (2, 0, 1)),
+                example=lambda n: (lambda x, y: _binary(n)(*order(jnp.transpose(x, x_perm),
                                                                   y * (1 + n))),
                                    shapes))
+
+
+def _bcast_rule(side: int, scalar: bool) -> Rule:
+    """g(t(x), y) -> t(g(x, y')) with y a scalar (y' = y) or a smaller same-rank tensor
+    broadcast into t(x) (y' = y transposed back)."""
+    return _past_binary(
+        f"transpose-through-binary-{'scalar' if scalar else 'broadcast'}", side, scalar,
+        lambda tx: [smaller(y, tx), Guard("scalar" if scalar else "same-rank",
+                                          lambda m: (m.shape(y) == ()) == scalar)],
+        (2, 0, 1), [(3, 4, 2), ()] if scalar else [(3, 4, 2), (1, 1, 4)])
+
+
+def _untransposed(m) -> bool:
+    node = m[y].node
+    return node.op != "transpose" or tuple(node.params["permutation"]) != TO_NCHW
 
 
 def _nchw_rule(side: int) -> Rule:
@@ -181,24 +194,12 @@ def _nchw_rule(side: int) -> Rule:
     of the depth). Only that permutation, so it cannot undo itself on the other operand
     (it adds an NCHW->NHWC transpose there); a move of the layout move alone
     (`search.MOVE_ONLY`)."""
-    tx = t(x, perm)
-    src = Pat(g, tx, y) if side == 0 else Pat(g, y, tx)
-    back = t(y, Fn(lambda m: inverse(m[perm])))
-    tgt = t(Pat(g, x, back) if side == 0 else Pat(g, back, x), perm)
-    order = (lambda x, y: (x, y)) if side == 0 else (lambda x, y: (y, x))
-
-    def untransposed(m):
-        node = m[y].node
-        return node.op != "transpose" or tuple(node.params["permutation"]) != TO_NCHW
-    return Rule(f"transpose-to-nchw-through-binary-{'lhs' if side == 0 else 'rhs'}", "layout",
-                src, tgt,
-                guards=[Guard("to-nchw", lambda m: tuple(m[perm]) == TO_NCHW),
-                        Guard("same-shapes", lambda m: m.shape(y) == m.shape(tx)),
-                        Guard("other-untransposed", untransposed)],
-                identity="g(t(x), y) -> t(g(x, t'(y)))",
-                example=lambda n: (lambda x, y: _binary(n)(*order(jnp.transpose(x, TO_NCHW),
-                                                                  y * (1 + n))),
-                                   [(1, 2, 3, 4), (1, 4, 2, 3)]))
+    return _past_binary(
+        "transpose-to-nchw-through-binary", side, False,
+        lambda tx: [Guard("to-nchw", lambda m: tuple(m[perm]) == TO_NCHW),
+                    Guard("same-shapes", lambda m: m.shape(y) == m.shape(tx)),
+                    Guard("other-untransposed", _untransposed)],
+        TO_NCHW, [(1, 2, 3, 4), (1, 4, 2, 3)])
 
 
 SINK = [
