@@ -230,11 +230,15 @@ def scaling(model) -> list[dict]:
         parts = [r.stats.get("parts") or 1 for r in done]
         searched = [r.stats.get("shapes") or 1 for r in done]
         ops = operations(graph)
+        stages = dict.fromkeys(k for r in done for k in r.stats["phases"])
+        phases = {k: float(np.mean([r.stats["phases"].get(k, 0.0) for r in done]))
+                  for k in stages}
         out.append({"series": family, "blocks": k, "nodes": len(graph.nodes), "ops": ops,
                     "seconds": float(np.median(seconds)), "least": seconds[0],
                     "most": seconds[-1], "mean": float(np.mean(seconds)),
                     "costed": float(np.median(costed)), "seeds": len(done), "runs": seconds,
-                    "parts": float(np.median(parts)), "searched": float(np.median(searched))})
+                    "parts": float(np.median(parts)), "searched": float(np.median(searched)),
+                    "phases": phases})
         print(f"scaling {family} {k}: {len(graph.nodes)} nodes, {ops} operations, "
               f"{out[-1]['seconds']:.2f} s ({seconds[0]:.2f}-{seconds[-1]:.2f})", flush=True)
     return out
@@ -345,15 +349,17 @@ def markdown(rows, series, exact, env) -> str:
         lines += ["", f"Scaling series: the sampling search with the split, over "
                   f"{series[0]['seeds']} seeds (each a round over the sizes), warm; "
                   f"the median seed's seconds, "
-                  f"the least and most, the mean per operation.", "",
+                  f"the least and most, the mean per operation; the mean seconds of "
+                  f"each stage (`Result.stats['phases']`).", "",
                   "| scaling series | blocks | nodes | operations | seconds (median) "
                   "| least - most | ms per operation (mean) | graphs costed (median) "
-                  "| parts (searched) |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| parts (searched) | stages, mean s |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {s['series']} | {s['blocks']} | {s['nodes']} | {s['ops']} | "
                   f"{s['seconds']:.2f} | {s['least']:.2f} - {s['most']:.2f} | "
                   f"{1e3 * s['mean'] / s['ops']:.1f} | "
-                  f"{s['costed']:.0f} | {s.get('parts', 0):.0f} ({s.get('searched', 0):.0f}) |"
+                  f"{s['costed']:.0f} | {s.get('parts', 0):.0f} ({s.get('searched', 0):.0f}) | "
+                  + " · ".join(f"{k} {v:.2f}" for k, v in s.get("phases", {}).items()) + " |"
                   for s in series]
         lines += ["", "Growth (slope of log seconds on log operations; 1 is linear): " +
                   ", ".join(f"{k} {v:.2f}" for k, v in bench.growth(series).items()) +

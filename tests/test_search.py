@@ -211,6 +211,26 @@ def test_time_limit_is_honoured_within_ten_percent():
     assert r.stats["costed"] >= 50 and now[0] <= 1.1
 
 
+@pytest.mark.parametrize("split", [None, 8])
+def test_the_phases_account_for_the_search_s_seconds_stage_by_stage(split):
+    """`stats["phases"]`: each stage's seconds on the search's clock, together its
+    whole time; a clock that moves 10 ms a pricing puts the start at one pricing."""
+    g, _ = _resnet_like(6)
+    now = [0.0]
+
+    def slow(h):
+        now[0] += 0.01
+        return toy_cost(h)
+    r = search(g, rules.ALL, slow, algorithm="sampling", time_limit=None, budget=60,
+               split_threshold=split, clock=lambda: now[0])
+    phases = r.stats["phases"]
+    stages = ["start", "layout", "moves"] + (["sweep"] if split else []) + ["search", "finish"]
+    assert list(phases) == stages
+    assert phases["start"] == pytest.approx(0.01) and min(phases.values()) >= 0
+    assert phases["search"] >= 0.01 * (r.stats["costed"] // 2)
+    assert sum(phases.values()) == pytest.approx(r.stats["seconds"]) == pytest.approx(now[0])
+
+
 def _slow_every(nth: int, now: list, priced: list):
     """A cost on a hand-moved clock: 10 ms a pricing, and every `nth` graph has 100 new
     kernels to time first, 0.05 s each, the model's deadline checked before each."""
@@ -314,7 +334,8 @@ def test_the_time_limit_is_read_on_the_given_clock():
         return float(len(ticks))
     r = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5, time_limit=5.0,
                budget=None, split_threshold=None, clock=clock)
-    assert r.stop_reason == TIME_LIMIT and len(ticks) <= 12
+    # the limit's checks past 5 'seconds', and the phases' six laps (`Laps`)
+    assert r.stop_reason == TIME_LIMIT and len(ticks) <= 18
     frozen = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5,
                     time_limit=5.0, budget=30, split_threshold=None, clock=lambda: 0.0)
     assert frozen.stop_reason == BUDGET

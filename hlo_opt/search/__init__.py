@@ -51,8 +51,8 @@ from hlo_opt.rules.lang import Rule
 from hlo_opt.search import groups, layout, merges, narrow
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
-from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Limits, Priced, Result,
-                                 everywhere, is_move, rewrite)
+from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Laps, Limits, Priced,
+                                 Result, everywhere, is_move, rewrite)
 from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
@@ -109,7 +109,9 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     # The finishing move is priced after the search: its time is held back from it.
     limits.held = int(layout.finishes(graph, every, fixed))
     priced = Priced(cost, limits)
+    lap = Laps(limits)          # `stats["phases"]`: where the search's seconds went
     start_cost = priced(graph, anyway=True)
+    lap("start")
     show = _progress_line(start_cost) if progress and sys.stderr.isatty() else None
     max_nodes = int(max_growth * len(graph.nodes)) + 1
     original, prefix = graph, []
@@ -121,6 +123,7 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if relaid is not None and priced(relaid[0]) < start_cost * (
             1.0 if algorithm == "greedy" else alpha):
         graph, prefix = relaid
+    lap("layout")
     for move in (narrow.narrow, narrow.vectorize):
         found = move(graph, rules) if not limits.reason() else None
         if found is not None and priced(found[0]) < priced(graph):
@@ -149,7 +152,9 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         graph, names = groups.cheapest(graph, rules, priced, limits.reason, (groups.DOTS,))
         prefix += names
         rules = matched_alone(rules)
+        lap("moves")
         result = run(graph, algorithm)
+        lap("search")
     else:
         merged = merges.merge_all(graph, rules, max_nodes) if not limits.reason() else None
         if merged is not None and priced(merged[0]) < priced(graph):
@@ -157,12 +162,15 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
         graph, names = groups.cheapest(graph, rules, priced, limits.reason)
         prefix += names
         rules = matched_alone(rules)
+        lap("moves")
         whole_nodes = int(WHOLE_GROWTH * max(len(original.nodes), len(graph.nodes))) + 1
         graph, names = _everywhere(graph, rules, priced, limits, whole_nodes, sweep_gain)
         prefix += names
+        lap("sweep")
         max_nodes = max(max_nodes, int(max_growth * len(graph.nodes)) + 1)
         result = _split_search(graph, rules, priced, limits, run, split_threshold, max_nodes,
                                algorithm, fixed, step_gain, timed_whole)
+        lap("search")
     result.applied[:0] = prefix
     if search_gain and result.cost > priced(graph) * (1 - search_gain):
         # What the search found past the moves gains less than the noise of the timing
@@ -176,12 +184,13 @@ def _search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float],
     if result.cost > start_cost * (1 + layout.TIE if tie else 1.0):
         result = Result(original, start_cost, [], result.stop_reason, result.stats)
     result.stats.update(tie=tie and bool(result.applied))
+    lap("finish")
     # The layout move's price as the search had it; not priced again past the limit
     # (infinite where its pricing was stopped: `Priced`).
     relaid_cost = None if relaid is None else priced.memo.get(relaid[0].digest, math.inf)
     result.stats.update(seconds=limits.elapsed(), start_cost=start_cost,
                         costed=limits.costed, stopped=limits.stopped, algorithm=algorithm,
-                        relaid=relaid_cost)
+                        relaid=relaid_cost, phases=dict(lap))
     if show:
         sys.stderr.write("\n")
     return result

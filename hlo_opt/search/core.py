@@ -195,6 +195,20 @@ class Limits:
         return None if self.time_limit is None else max(0.0, self.time_limit - self.elapsed())
 
 
+class Laps(dict):
+    """Seconds on a search's clock (`Limits.elapsed`) by stage: each call ends a lap,
+    begun where the one before ended; a stage named again adds to its seconds."""
+
+    def __init__(self, limits: Limits):
+        super().__init__()
+        self._limits, self._since = limits, 0.0
+
+    def __call__(self, stage: str) -> None:
+        now = self._limits.elapsed()
+        self[stage] = self.get(stage, 0.0) + now - self._since
+        self._since = now
+
+
 class Priced:
     """Costs graphs once each (by structural hash) and counts them against the limits."""
 
