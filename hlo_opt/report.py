@@ -22,6 +22,10 @@ class Report:
     reason: str | None
     source: str | None
     compiler_options: dict = dataclasses.field(default_factory=dict)   # XLA's, chosen by timing
+    # stage -> seconds on the search's clock (`Result.stats["phases"]`; empty if cached):
+    # `search_seconds` is wall time, with the choice of compile options, the original's
+    # first pricing and first-time kernel timing in it too
+    search_phases: dict = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
         """A human-readable table."""
@@ -32,6 +36,9 @@ class Report:
             ("predicted", f"{fmt(self.cost_before)} -> {fmt(self.cost_after)}"),
             ("measured", f"{fmt(self.measured_before)} -> {fmt(self.measured_after)}"),
             ("search", f"{self.search_seconds:.2f} s ({self.stop_reason or '-'})"),
+            *([("search stages", " · ".join(f"{k} {v:.2f} s" for k, v in
+                                            self.search_phases.items()))]
+              if self.search_phases else []),
             ("fell back", f"yes: {self.reason}" if self.fell_back else "no"),
             ("compile options", compile_options.describe(self.compiler_options)),
         ]

@@ -122,6 +122,11 @@ def test_explain_reports_the_round_trip():
     assert report.original == report.optimized and len(report.original) > 3
     assert "dot_general" in report.source and "def mlp(" in report.source
     assert "fell back" in report.summary() and "none" in report.summary()
+    # where the search's seconds went, stage by stage, together at most its wall time
+    assert list(report.search_phases)[0] == "start" and "search" in report.search_phases
+    assert 0 <= sum(report.search_phases.values()) <= report.search_seconds
+    stages, = [line for line in report.summary().splitlines() if line.startswith("search stages")]
+    assert stages.split()[2:4] == ["start", f"{report.search_phases['start']:.2f}"]
     dot = report.to_dot()
     assert dot.startswith("digraph") and "cluster_before" in dot and "fillcolor" not in dot
 
