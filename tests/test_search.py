@@ -214,7 +214,8 @@ def test_time_limit_is_honoured_within_ten_percent():
 @pytest.mark.parametrize("split", [None, 8])
 def test_the_phases_account_for_the_search_s_seconds_stage_by_stage(split):
     """`stats["phases"]`: each stage's seconds on the search's clock, together its
-    whole time; a clock that moves 10 ms a pricing puts the start at one pricing."""
+    whole time; on a clock that moves 10 ms a pricing, the start is one pricing and
+    the stages together every graph the search costed."""
     g, _ = _resnet_like(6)
     now = [0.0]
 
@@ -227,8 +228,9 @@ def test_the_phases_account_for_the_search_s_seconds_stage_by_stage(split):
     stages = ["start", "layout", "moves"] + (["sweep"] if split else []) + ["search", "finish"]
     assert list(phases) == stages
     assert phases["start"] == pytest.approx(0.01) and min(phases.values()) >= 0
-    assert phases["search"] >= 0.01 * (r.stats["costed"] // 2)
-    assert sum(phases.values()) == pytest.approx(r.stats["seconds"]) == pytest.approx(now[0])
+    assert phases["search"] > 0.01                    # the stages after the start priced too
+    assert sum(phases.values()) == pytest.approx(r.stats["seconds"]) \
+        == pytest.approx(0.01 * r.stats["costed"])    # the clock moved by pricings alone
 
 
 def _slow_every(nth: int, now: list, priced: list):
