@@ -171,6 +171,7 @@ def per_model(name, model) -> list[dict]:
                         "costed": r.stats["costed"], "peak_mib": peak / 2**20,
                         "stop": r.stop_reason, "applied": len(r.applied),
                         "warming": warming, "reruns": reruns,
+                        "phases": r.stats["phases"],
                         "compiled_with": compile_options.describe(options)})
             print(f"{name} {algorithm} split={split}: {start / r.cost:.2f}x predicted, "
                   f"{r.stats['seconds']:.1f} s ({wall:.1f} s wall), {r.stats['costed']} graphs, "
