@@ -110,7 +110,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
                     measured_before=None, measured_after=None, search_seconds=seconds,
                     stop_reason=result.stop_reason, fell_back=False, reason=None,
                     source=emit.to_source(result.graph, _identifier(name)),
-                    compiler_options=chosen, search_phases=result.stats.get("phases", {}))
+                    compiler_options=chosen, search_phases=result.stats["phases"])
     outcome = _guard(original, closed, result.graph, frozen, options, report, example)
     if key:
         disk.put(key, original, outcome.graph, outcome.report)

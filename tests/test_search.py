@@ -336,8 +336,9 @@ def test_the_time_limit_is_read_on_the_given_clock():
         return float(len(ticks))
     r = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5, time_limit=5.0,
                budget=None, split_threshold=None, clock=clock)
-    # the limit's checks past 5 'seconds', and the phases' six laps (`Laps`)
-    assert r.stop_reason == TIME_LIMIT and len(ticks) <= 18
+    # the limit's checks past 5 'seconds' (11 readings before `Laps`), and the laps
+    # after the search's loop (3: its own three before it only bring the limit nearer)
+    assert r.stop_reason == TIME_LIMIT and len(ticks) <= 15
     frozen = search(g, rules.ALL, toy_cost, algorithm="backtracking", alpha=1.5,
                     time_limit=5.0, budget=30, split_threshold=None, clock=lambda: 0.0)
     assert frozen.stop_reason == BUDGET
