@@ -110,3 +110,30 @@ def test_a_target_of_the_wrong_type_is_a_rule_error():
     (m,) = rule.matches(g)
     with pytest.raises(RuleError, match="'wrong-shape'"):
         rule.apply(g, m)
+
+
+def test_a_rewrite_at_all_matches_stops_building_at_the_node_cap():
+    """Four grouped convs made dense: within a cap as large as the result the move is
+    made as without one; one node under, it is refused, and refused after the first
+    conv's dense kernel, not after building all four (NASNet-A's took 1.9 s)."""
+    from hlo_opt import ir
+    from jax import lax
+    dense = rules.ALL["grouped-conv-to-dense"]
+
+    def convs(x, *ws):
+        return [lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=8)
+                for w in ws]
+    g = _graph(convs, _rand(1, 8, 5, 5), *(_rand(8 * (k + 1), 1, 3, 3) for k in range(4)))
+    found = dense.matches(g)
+    assert len(found) == 4
+
+    def made(max_nodes):
+        before = next(ir._CREATION)
+        new, _ = dense.apply_all(g, found, max_nodes)
+        return new, next(ir._CREATION) - before - 1
+    full, built = made(None)
+    assert len(full.nodes) > len(g.nodes)
+    assert made(len(full.nodes))[0].digest == full.digest
+    assert made(len(full.nodes) - 1)[0] is None
+    none_room, first = made(len(g.nodes))
+    assert none_room is None and 0 < first < built / 3

@@ -254,14 +254,18 @@ class Rule:
         new, taken = self.apply_all(graph, [m])
         return new if taken else None
 
-    def apply_all(self, graph: Graph, found: Sequence[Match]) -> tuple[Graph, int]:
+    def apply_all(self, graph: Graph, found: Sequence[Match], max_nodes: int | None = None
+                  ) -> tuple[Graph | None, int]:
         """`graph` rewritten at every match in `found` (one per root value, the first),
         and how many; one rebuild of the graph for all of them (`apply` rebuilds it
         for each). Matches may overlap or follow one another (a chain of convs): each
         target reads what its match bound, and `ir.replace` sends every read of a
         replaced value to its image. A single-root target reads only values above its
         root, so no cycle can form; a multi-root match that would make one is
-        skipped, as `apply` does."""
+        skipped, as `apply` does. With `max_nodes`, None as soon as the graph's nodes,
+        plus those built for the matches taken, less the nodes those matched, pass it:
+        NASNet-A's 12 depthwise convs made dense built 26,526 nodes (1.9 s, a fifth of
+        its search's time) before the whole graph was found over the search's cap."""
         if not found:
             return graph, 0
         users: dict[Node, list[Node]] = {}
@@ -271,7 +275,7 @@ class Rule:
                     users.setdefault(parent, []).append(node)
         existing = set(graph.nodes)
         subst: dict[Value, Value] = {}
-        taken = 0
+        taken, size, held = 0, len(graph.nodes), set()
         for m in found:
             if any(v in subst for v in m.roots):
                 continue
@@ -282,6 +286,11 @@ class Rule:
                     continue
             subst.update(zip(m.roots, new))
             taken += 1
+            if max_nodes is not None:
+                size += _built(new, existing) - len(m.nodes - held)
+                held |= m.nodes
+                if size > max_nodes:
+                    return None, taken
         return replace(graph, subst), taken
 
 
@@ -294,6 +303,17 @@ def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:
                 out.add(user)
                 stack.append(user)
     return out
+
+
+def _built(values: Sequence[Value], existing: set[Node]) -> int:
+    """How many nodes not in `existing` compute `values`."""
+    stack, seen = [v.node for v in values], set()
+    while stack:
+        node = stack.pop()
+        if node not in existing and node not in seen:
+            seen.add(node)
+            stack.extend(node.parents())
+    return len(seen)
 
 
 def _inputs_from(value: Value, graph: "Graph | set[Node]") -> Iterator[Value]:

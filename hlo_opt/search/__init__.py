@@ -238,8 +238,8 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
                     key = (rule.name, len(group))
                     if len(graph.nodes) >= overgrown.get(key, len(graph.nodes) + 1):
                         continue
-                    names, new = rewrite(graph, rule, group)
-                    if new is not None and len(new.nodes) > max_nodes:
+                    names, new = rewrite(graph, rule, group, max_nodes)
+                    if new is None or len(new.nodes) > max_nodes:
                         overgrown[key] = len(graph.nodes)
                         continue
                     if is_move(graph, new, max_nodes) and \

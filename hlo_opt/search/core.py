@@ -113,7 +113,7 @@ def _shapes(m: Match) -> tuple:
 def step(graph: Graph, rule: Rule, at: "Match | Everywhere",
          max_nodes: int) -> tuple[list[str], Graph] | None:
     """(rule names applied, new graph) for one move, or None when it is no move."""
-    names, new = rewrite(graph, rule, at)
+    names, new = rewrite(graph, rule, at, max_nodes)
     return (names, new) if is_move(graph, new, max_nodes) else None
 
 
@@ -122,11 +122,13 @@ def is_move(graph: Graph, new: Graph | None, max_nodes: int) -> bool:
     return new is not None and len(new.nodes) <= max_nodes and new.digest != graph.digest
 
 
-def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere"
+def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere", max_nodes: int | None = None
             ) -> tuple[list[str], Graph | None]:
-    """(rule names applied, the rewritten graph or None), before `step`'s checks."""
+    """(rule names applied, the rewritten graph or None), before `step`'s checks; None
+    too for a move at all those matches that `Rule.apply_all` stopped building at the
+    node cap."""
     if isinstance(at, Everywhere):
-        new, taken = rule.apply_all(graph, at)
+        new, taken = rule.apply_all(graph, at, max_nodes)
     else:
         new, taken = rule.apply(graph, at), 1
     return [rule.name] * taken, new
