@@ -141,6 +141,20 @@ def test_the_one_sided_sinks_take_only_an_nchw_transpose_whose_other_operand_has
     assert not set(layout.NCHW_ONE_SIDED) & {r.name for r in search_moves(rules.ALL)}
 
 
+def test_relayout_remembers_the_last_graph_it_relaid():
+    g = capture.capture(_chain, CHAIN_ARGS).graph
+    counted = _Counted(L.RULES["conv-to-nhwc"])
+    chosen = [counted if r.name == counted.name else r for r in rules.ALL]
+    first = layout.relayout(g, chosen)
+    calls = counted.calls
+    again = layout.relayout(g, chosen)
+    assert counted.calls == calls and again[0] is first[0] and again[1] == first[1]
+    again[1].append("mine")                            # each caller gets its own list
+    assert layout.relayout(g, chosen)[1] == first[1]
+    other = layout.relayout(g, list(rules.ALL))        # other rules: relaid anew
+    assert other[0].digest == first[0].digest and counted.calls == calls
+
+
 def test_relayout_needs_the_conv_rule_and_an_nchw_conv():
     g = capture.capture(_chain, CHAIN_ARGS).graph
     assert layout.relayout(g, [r for r in rules.ALL if r.name != "conv-to-nhwc"]) is None
