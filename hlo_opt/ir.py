@@ -282,6 +282,15 @@ class Graph:
                          ",".join(n.digest for n in self.effects)])
         self.digest = hashlib.sha256(text.encode()).hexdigest()[:32]
 
+    def users(self) -> dict[Node, list[Node]]:
+        """node -> the nodes that read it (a value or an effect dependency), in order;
+        a walk of the graph each call."""
+        out: dict[Node, list[Node]] = {}
+        for node in self.nodes:
+            for parent in node.parents():
+                out.setdefault(parent, []).append(node)
+        return out
+
     def __hash__(self) -> int:
         return hash(self.digest)
 

@@ -367,6 +367,36 @@ def _eight_gates(x, *ws):
     return [jnp.tanh(x @ w) for w in ws]
 
 
+def test_a_whole_graph_move_is_tried_again_only_where_a_paid_move_changed_its_surroundings(
+        monkeypatch):
+    """Three splits made slices at no gain; then the double negations removed, which
+    pays. The second sweep tries again the move at all three splits, one of which now
+    reads x itself, and not the one at the two far from the change."""
+    import hlo_opt.search as searching
+    from hlo_opt.search.core import Limits, Priced
+
+    def f(x, u, y, z):
+        return (jnp.split(-(-x), 2, axis=1), -(-u), jnp.split(y, 2, axis=1),
+                jnp.split(z, 2, axis=1))
+    args = (_rand(2, 4), _rand(2, 4), _rand(5, 6), _rand(5, 6))
+    g = capture.capture(f, args).graph
+    tries, real = [], searching.rewrite
+
+    def spy(graph, rule, at, max_nodes=None):
+        if rule.name == "split-to-slices":
+            tries.append(len(at))
+        return real(graph, rule, at, max_nodes)
+    monkeypatch.setattr(searching, "rewrite", spy)
+
+    def negations(h):
+        return sum(n.op == "neg" for n in h.nodes) + 0.001 * len(h.nodes)
+    limits = Limits(None, None)
+    new, applied = searching._everywhere(g, rules.ALL, Priced(negations, limits), limits, 100)
+    assert applied == ["neg-neg"] * 2
+    assert sorted(tries) == [2, 3, 3]       # the far pair once; all three twice
+    assert_close(emit.run(new, args), emit.run(g, args), 1e-6)
+
+
 def test_the_merge_move_merges_every_dot_sharing_an_operand():
     """Eight dots reading one x (NasRNN's gates) become one dot in one move: three
     rounds of pairwise merges, flattened, as verified rules."""
@@ -498,12 +528,18 @@ def test_a_whole_graph_move_that_overran_the_node_cap_is_not_made_again(monkeypa
     args = (_rand(2, 8),) + tuple(_rand(8, 4) for _ in range(8))
     g = capture.capture(_eight_gates, args).graph
     made, real = [], searching.rewrite
+    swept, grouped = collections.Counter(), searching.everywhere
 
     def spy(graph, rule, at, max_nodes=None):
         names, new = real(graph, rule, at, max_nodes)
         made.append(((rule.name, len(at)), len(graph.nodes), new is None or len(new.nodes) > 35))
         return names, new
+
+    def sweeps(found):
+        swept.update(m.rule.name for m in found[:1])
+        return grouped(found)
     monkeypatch.setattr(searching, "rewrite", spy)
+    monkeypatch.setattr(searching, "everywhere", sweeps)
     def dots(h):
         return sum(n.op == "dot_general" for n in h.nodes) + 0.001 * len(h.nodes)
     limits = Limits(None, None)
@@ -511,7 +547,7 @@ def test_a_whole_graph_move_that_overran_the_node_cap_is_not_made_again(monkeypa
     assert applied.count("merge-dots-shared-lhs") == 7
     over = {key: nodes for key, nodes, overran in made if overran}
     assert over                                      # some move did overrun the cap
-    assert len(made) > len(set(key for key, _, _ in made))     # and a second sweep ran
+    assert all(swept[name] >= 2 for name, _ in over)   # and swept again over them
     for key, nodes in over.items():
         assert sum(k == key and n >= nodes for k, n, _ in made) == 1
     assert_close(emit.run(new, args), emit.run(g, args), 1e-5)

@@ -268,11 +268,7 @@ class Rule:
         its search's time) before the whole graph was found over the search's cap."""
         if not found:
             return graph, 0
-        users: dict[Node, list[Node]] = {}
-        if len(self.src) > 1:
-            for node in graph.nodes:
-                for parent in node.parents():
-                    users.setdefault(parent, []).append(node)
+        users = graph.users() if len(self.src) > 1 else None
         existing = set(graph.nodes)
         subst: dict[Value, Value] = {}
         taken, size, held = 0, len(graph.nodes), set()
@@ -280,7 +276,7 @@ class Rule:
             if any(v in subst for v in m.roots):
                 continue
             new = self.build(m)
-            if users:
+            if users is not None:
                 reads = {v.node for value in new for v in _inputs_from(value, existing)}
                 if reads & _below({v.node for v in m.roots}, users):
                     continue

@@ -52,7 +52,7 @@ from hlo_opt.search import groups, layout, merges, narrow
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Laps, Limits, Priced,
-                                 Result, everywhere, is_move, rewrite)
+                                 Result, everywhere, is_move, rewrite, surroundings)
 from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
@@ -217,8 +217,13 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
     matches, or at all those of one shape), while a sweep improves. Layout rules are
     left out: the layout move has made that decision for the whole graph already. The
     families that change kernels (conv, then concat/split) go first: the time may run
-    out before the sweep ends."""
+    out before the sweep ends. A move is not tried again on surroundings it did not
+    pay on (`core.surroundings`): after the moves that paid, the next sweep tries only
+    those near them (Inception-v3 at 4 C blocks, small: 27 tries -> 6 in its second
+    sweep, the same graph found; each try rewrites and prices the whole graph)."""
     applied: list[str] = []
+    failed: set[tuple[str, frozenset]] = set()
+    users = None                # of the graph as it is: `Graph.users()`, when first asked
     improved = True
     ordered = sorted((r for r in rules if r.family in WHOLE_FAMILIES),
                      key=lambda r: WHOLE_FAMILIES.index(r.family))
@@ -238,15 +243,20 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
                     key = (rule.name, len(group))
                     if len(graph.nodes) >= overgrown.get(key, len(graph.nodes) + 1):
                         continue
+                    users = users or graph.users()
+                    tried = (rule.name, surroundings(group, users))
+                    if tried in failed:
+                        continue
                     names, new = rewrite(graph, rule, group, max_nodes)
                     if new is None or len(new.nodes) > max_nodes:
                         overgrown[key] = len(graph.nodes)
                         continue
                     if is_move(graph, new, max_nodes) and \
                             priced(new) < priced(graph) * (1 - gain):
-                        graph, applied = new, applied + names
+                        graph, applied, users = new, applied + names, None
                         improved = again = True
                         break          # the rule's matches changed: match it again
+                    failed.add(tried)
     return graph, applied
 
 

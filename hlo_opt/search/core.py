@@ -8,11 +8,12 @@ as TASO does) is not a move.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from hlo_opt import deadline
 from hlo_opt.ir import Graph
@@ -108,6 +109,28 @@ def _shapes(m: Match) -> tuple:
     """The types a match reads and writes: its matches with equal ones are the same
     block repeated (a stage of a ResNet), where a rewrite pays or loses alike."""
     return tuple(v.type for v in m.leaves()) + tuple(v.type for v in m.roots)
+
+
+def surroundings(group: Everywhere, users: dict) -> frozenset:
+    """What a move at all of `group`'s matches turns on near them: each match's nodes
+    (op, params, types) and the ops and types of the nodes it reads and of those that
+    read it (`users`: `Graph.users()`). Equal for two moves, they build the same kernels
+    from the same neighbours: a move that did not pay gains as little again, unless
+    a price beyond its neighbours (a graph timed whole, the faults of its temporaries)
+    moved."""
+    def around(m: Match) -> tuple:
+        inside = m.nodes
+        return (_bag((n.op, n.params, n.types) for n in inside),
+                _bag((v.node.op, v.type) for n in inside for v in n.inputs
+                     if v.node not in inside),
+                _bag((u.op, u.types) for n in inside for u in users.get(n, ())
+                     if u not in inside))
+    return _bag(map(around, group))
+
+
+def _bag(items: Iterable) -> frozenset:
+    """A hashable multiset."""
+    return frozenset(collections.Counter(items).items())
 
 
 def step(graph: Graph, rule: Rule, at: "Match | Everywhere",
