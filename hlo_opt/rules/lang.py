@@ -283,8 +283,9 @@ class Rule:
             subst.update(zip(m.roots, new))
             taken += 1
             if max_nodes is not None:
-                size += _built(new, existing) - len(m.nodes - held)
-                held |= m.nodes
+                mine = m.nodes
+                size += _built(new, existing) - len(mine - held)
+                held |= mine
                 if size > max_nodes:
                     return None, taken
         return replace(graph, subst), taken
