@@ -79,10 +79,7 @@ class _Groups:
     def __init__(self, graph: Graph):
         self.bit = {node: 1 << i for i, node in enumerate(graph.nodes)}
         self.parents = {node: node.parents() for node in graph.nodes}
-        self.children: dict[Node, list[Node]] = {node: [] for node in graph.nodes}
-        for node in graph.nodes:
-            for parent in self.parents[node]:
-                self.children[parent].append(node)
+        self.children: dict[Node, list[Node]] = graph.users()
         self.members: dict[int, list[Node]] = {}
         self.mask: dict[int, int] = {}
         self.of: dict[Node, int] = {}
@@ -94,7 +91,7 @@ class _Groups:
         gid = self._next
         self._next += 1
         self.members[gid], self.mask[gid], self.kind[gid] = [node], self.bit[node], kind
-        self.below[gid] = set(self.children[node])
+        self.below[gid] = set(self.children.get(node, ()))
         self.of[node] = gid
         return gid
 

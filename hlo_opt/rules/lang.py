@@ -276,15 +276,14 @@ class Rule:
             if any(v in subst for v in m.roots):
                 continue
             new = self.build(m)
-            if users is not None:
-                reads = {v.node for value in new for v in _inputs_from(value, existing)}
-                if reads & _below({v.node for v in m.roots}, users):
-                    continue
+            made, reads = _built(new, existing)
+            if users is not None and reads & _below({v.node for v in m.roots}, users):
+                continue
             subst.update(zip(m.roots, new))
             taken += 1
             if max_nodes is not None:
                 mine = m.nodes
-                size += _built(new, existing) - len(mine - held)
+                size += len(made) - len(mine - held)
                 held |= mine
                 if size > max_nodes:
                     return None, taken
@@ -302,31 +301,18 @@ def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:
     return out
 
 
-def _built(values: Sequence[Value], existing: set[Node]) -> int:
-    """How many nodes not in `existing` compute `values`."""
-    stack, seen = [v.node for v in values], set()
+def _built(values: Sequence[Value], existing: set[Node]) -> tuple[set[Node], set[Node]]:
+    """(the nodes not in `existing` that compute `values`, the nodes of `existing`
+    they read)."""
+    stack, made, reads = [v.node for v in values], set(), set()
     while stack:
         node = stack.pop()
-        if node not in existing and node not in seen:
-            seen.add(node)
+        if node in existing:
+            reads.add(node)
+        elif node not in made:
+            made.add(node)
             stack.extend(node.parents())
-    return len(seen)
-
-
-def _inputs_from(value: Value, graph: "Graph | set[Node]") -> Iterator[Value]:
-    """The existing graph values (nodes of `graph`, or the set given) a newly built
-    value reads."""
-    existing = graph if isinstance(graph, set) else set(graph.nodes)
-    stack, seen = [value], set()
-    while stack:
-        v = stack.pop()
-        if v.node in existing:
-            yield v
-            continue
-        if id(v.node) in seen:
-            continue
-        seen.add(id(v.node))
-        stack.extend(v.node.inputs)
+    return made, reads
 
 
 def _unify(pat, value: Value, values: dict, syms: dict, opvars: dict):
