@@ -73,12 +73,7 @@ REPORT_RUNS = 4         # reported-length searches until one times nothing new, 
 
 
 def priced(model, graph, n_frozen):
-    frozen = range(n_frozen)
-
-    def price(g):
-        return model.cost(g, frozen).total
-    price.fixed = frozen
-    return price
+    return cost.Price(model, range(n_frozen))
 
 
 def one_search(graph, price, algorithm, split, model, *, limit=None, budget=None,
@@ -303,7 +298,7 @@ def exactness() -> dict:
     for label, fn, args, first_frozen in cases:
         graph = capture.capture(fn, args).graph
         frozen = range(first_frozen, len(args))
-        price = lambda g, frozen=frozen: model.cost(g, frozen).total     # noqa: E731
+        price = cost.Price(model, frozen)
         best = exhaustive(graph, MOVES, price, max_nodes=int(GROWTH * len(graph.nodes)) + 1,
                           max_graphs=5000)
         if best is None:

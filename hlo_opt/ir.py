@@ -164,12 +164,14 @@ def rebase(graph: "Graph", inputs: Sequence[Node]) -> "Graph":
     return Graph(inputs, [env[v] for v in graph.outputs])
 
 
-def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
+def replace(graph: "Graph", subst: dict[Value, Value], images: dict | None = None
+            ) -> "Graph":
     """`graph` with each value in `subst` replaced by its image; the consumers of a
     replaced value are rebuilt (and theirs, and so on), everything else is shared.
     Images may read values that are themselves replaced (a chain of rewrites taken at
     once): every read, in the graph or in an image, goes to the final image. A
-    substitution that would make a cycle raises GraphError."""
+    substitution that would make a cycle raises GraphError. `images`, where given, is
+    filled with node -> the node standing for it in the result (itself, or its rebuild)."""
     def final(v: Value) -> Value:
         for _ in range(len(subst) + 1):
             if v not in subst:
@@ -199,6 +201,8 @@ def replace(graph: "Graph", subst: dict[Value, Value]) -> "Graph":
         stack.append((node, True))
         stack.extend((p, False) for p in reversed([final(v).node for v in node.inputs]
                                                   + list(node.deps)) if p not in built)
+    if images is not None:
+        images.update(built)
     return Graph(graph.inputs, [Value(built[final(v).node], final(v).index)
                                 for v in graph.outputs], [built[n] for n in graph.effects])
 

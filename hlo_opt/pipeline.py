@@ -88,8 +88,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     model = options.cost if isinstance(options.cost, cost.CostModel) \
         else cost.make(options.cost, options.cache_dir, compiler_options=chosen)
 
-    def price(g: Graph) -> float:
-        return model.cost(g, frozen).total
+    price = cost.Price(model, frozen)
     limit = TIME_LIMIT if options.time_limit is None else options.time_limit
     kwargs = {} if options.budget is None else {"budget": options.budget}
     if model.cost(original, frozen).whole:

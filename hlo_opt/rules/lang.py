@@ -94,6 +94,16 @@ class Match:
         return out
 
 
+@dataclasses.dataclass
+class Built:
+    """What `Rule.apply_all` made: (match, the nodes built for it) for each match it
+    took, and node -> the node standing for it in the result (itself, or the copy
+    `ir.replace` rebuilt it as: a node built for one match that reads another's)."""
+
+    made: list[tuple[Match, set[Node]]] = dataclasses.field(default_factory=list)
+    images: dict[Node, Node] = dataclasses.field(default_factory=dict)
+
+
 class Rule:
     """A named, guarded rewrite from `src` (one or more roots) to `tgt` (one value
     per root). Checked when built: every target variable is bound by the source and
@@ -254,8 +264,8 @@ class Rule:
         new, taken = self.apply_all(graph, [m])
         return new if taken else None
 
-    def apply_all(self, graph: Graph, found: Sequence[Match], max_nodes: int | None = None
-                  ) -> tuple[Graph | None, int]:
+    def apply_all(self, graph: Graph, found: Sequence[Match], max_nodes: int | None = None,
+                  built: "Built | None" = None) -> tuple[Graph | None, int]:
         """`graph` rewritten at every match in `found` (one per root value, the first),
         and how many; one rebuild of the graph for all of them (`apply` rebuilds it
         for each). Matches may overlap or follow one another (a chain of convs): each
@@ -265,7 +275,9 @@ class Rule:
         skipped, as `apply` does. With `max_nodes`, None as soon as the graph's nodes,
         plus those built for the matches taken, less the nodes those matched, pass it:
         NASNet-A's 12 depthwise convs made dense built 26,526 nodes (1.9 s, a fifth of
-        its search's time) before the whole graph was found over the search's cap."""
+        its search's time) before the whole graph was found over the search's cap. With
+        `built`, what each match taken built and what stands for each node in the
+        result (`Built`)."""
         if not found:
             return graph, 0
         users = graph.users() if len(self.src) > 1 else None
@@ -281,13 +293,15 @@ class Rule:
                 continue
             subst.update(zip(m.roots, new))
             taken += 1
+            if built is not None:
+                built.made.append((m, made))
             if max_nodes is not None:
                 mine = m.nodes
                 size += len(made) - len(mine - held)
                 held |= mine
                 if size > max_nodes:
                     return None, taken
-        return replace(graph, subst), taken
+        return replace(graph, subst, None if built is None else built.images), taken
 
 
 def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:

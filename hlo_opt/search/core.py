@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from hlo_opt import deadline
 from hlo_opt.ir import Graph
-from hlo_opt.rules.lang import Match, Rule
+from hlo_opt.rules.lang import Built, Match, Rule
 
 SATURATED, BUDGET, TIME_LIMIT = "saturated", "budget", "time_limit"
 
@@ -100,12 +100,12 @@ def everywhere(found: Sequence[Match]) -> list[Everywhere]:
         return []
     groups: dict[tuple, list[Match]] = {}
     for m in found:
-        groups.setdefault(_shapes(m), []).append(m)
+        groups.setdefault(shape_of(m), []).append(m)
     alike = [Everywhere(g) for g in groups.values() if len(g) > 1] if len(groups) > 1 else []
     return [Everywhere(found)] + alike
 
 
-def _shapes(m: Match) -> tuple:
+def shape_of(m: Match) -> tuple:
     """The types a match reads and writes: its matches with equal ones are the same
     block repeated (a stage of a ResNet), where a rewrite pays or loses alike."""
     return tuple(v.type for v in m.leaves()) + tuple(v.type for v in m.roots)
@@ -145,13 +145,13 @@ def is_move(graph: Graph, new: Graph | None, max_nodes: int) -> bool:
     return new is not None and len(new.nodes) <= max_nodes and new.digest != graph.digest
 
 
-def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere", max_nodes: int | None = None
-            ) -> tuple[list[str], Graph | None]:
+def rewrite(graph: Graph, rule: Rule, at: "Match | Everywhere", max_nodes: int | None = None,
+            built: Built | None = None) -> tuple[list[str], Graph | None]:
     """(rule names applied, the rewritten graph or None), before `step`'s checks; None
     too for a move at all those matches that `Rule.apply_all` stopped building at the
-    node cap."""
+    node cap. `built`: see `Rule.apply_all`."""
     if isinstance(at, Everywhere):
-        new, taken = rule.apply_all(graph, at, max_nodes)
+        new, taken = rule.apply_all(graph, at, max_nodes, built)
     else:
         new, taken = rule.apply(graph, at), 1
     return [rule.name] * taken, new
@@ -235,13 +235,39 @@ class Laps(dict):
 
 
 class Priced:
-    """Costs graphs once each (by structural hash) and counts them against the limits."""
+    """Costs graphs once each (by structural hash) and counts them against the limits.
+    Where the cost has a `breakdown` (`cost.Price`: the `Cost`, with its kernels), the
+    last `KEPT` breakdowns are kept for `breakdown`."""
+
+    KEPT = 4
 
     def __init__(self, cost: Callable[[Graph], float], limits: Limits,
-                 memo: dict[str, float] | None = None, last: list | None = None):
+                 memo: dict[str, float] | None = None, last: list | None = None,
+                 kept: dict | None = None):
         self.fn, self.limits = cost, limits
         self.memo: dict[str, float] = {} if memo is None else memo
         self._last: list[float | None] = [None] if last is None else last
+        self._split = getattr(cost, "breakdown", None)
+        self._kept: dict = {} if kept is None else kept
+
+    def breakdown(self, graph: Graph):
+        """The graph's `Cost` (its kernels, their prices), or None where the cost gives
+        none; priced again, uncounted, when it is no longer kept."""
+        if self._split is None:
+            return None
+        found = self._kept.get(graph.digest)
+        return found if found is not None else self._keep(graph.digest, self._split(graph))
+
+    def _keep(self, key: str, cost):
+        self._kept[key] = cost
+        while len(self._kept) > self.KEPT:
+            del self._kept[next(iter(self._kept))]
+        return cost
+
+    def _price(self, graph: Graph) -> float:
+        if self._split is None:
+            return float(self.fn(graph))
+        return float(self._keep(graph.digest, self._split(graph)).total)
 
     def within(self, limits: Limits) -> "Priced":
         """The same prices (shared memo), counted against other limits. The time of
@@ -251,7 +277,7 @@ class Priced:
         parts read the parts' whole search as one step (3.7 s of NasRNN's), and the time
         limit, counting that step again for the next candidate, stopped at 4 s of 10."""
         self._last[0] = None
-        return Priced(self.fn, limits, self.memo, self._last)
+        return Priced(self.fn, limits, self.memo, self._last, self._kept)
 
     def __call__(self, graph: Graph, anyway: bool = False) -> float:
         """The graph's cost; infinite, and not kept, where the search's deadline passed
@@ -262,7 +288,7 @@ class Priced:
             start = self.limits.clock()
             try:
                 with deadline.stop_when(None if anyway else self.limits.past):
-                    self.memo[key] = float(self.fn(graph))
+                    self.memo[key] = self._price(graph)
             except deadline.OutOfTime:
                 self.limits.stopped += 1
                 return math.inf
