@@ -382,10 +382,10 @@ def test_a_whole_graph_move_is_tried_again_only_where_a_paid_move_changed_its_su
     g = capture.capture(f, args).graph
     tries, real = [], searching.rewrite
 
-    def spy(graph, rule, at, max_nodes=None):
+    def spy(graph, rule, at, max_nodes=None, built=None):
         if rule.name == "split-to-slices":
             tries.append(len(at))
-        return real(graph, rule, at, max_nodes)
+        return real(graph, rule, at, max_nodes, built)
     monkeypatch.setattr(searching, "rewrite", spy)
 
     def negations(h):
@@ -530,8 +530,8 @@ def test_a_whole_graph_move_that_overran_the_node_cap_is_not_made_again(monkeypa
     made, real = [], searching.rewrite
     swept, grouped = collections.Counter(), searching.everywhere
 
-    def spy(graph, rule, at, max_nodes=None):
-        names, new = real(graph, rule, at, max_nodes)
+    def spy(graph, rule, at, max_nodes=None, built=None):
+        names, new = real(graph, rule, at, max_nodes, built)
         made.append(((rule.name, len(at)), len(graph.nodes), new is None or len(new.nodes) > 35))
         return names, new
 

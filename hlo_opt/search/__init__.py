@@ -2,10 +2,10 @@
 
     search(graph, rules, cost) -> Result(graph, cost, applied, stop_reason, stats)
 
-`cost` maps a Graph to predicted seconds (for instance
-`lambda g: model.cost(g, frozen).total`). Algorithms: "greedy" (backtracking with
-alpha = 1), "backtracking" (MetaFlow/TASO, alpha > 1 lets it pass through worse graphs),
-"sampling" (OCGGS, polynomial time); "auto" takes backtracking for graphs up to
+`cost` maps a Graph to predicted seconds (`cost.Price(model, frozen)`, or any
+callable; a `Price` also gives the sweep each candidate's kernels, `shares.py`).
+Algorithms: "greedy" (backtracking with alpha = 1), "backtracking" (MetaFlow/TASO,
+alpha > 1 lets it pass through worse graphs), "sampling" (OCGGS, polynomial time); "auto" takes backtracking for graphs up to
 `split_threshold` operations, sampling above. Graphs above `split_threshold` operations are split
 by a minimum vertex cut (`split.py`); before the cut, a greedy pass over the whole graph
 takes the best rule applied at all its matches at once (`core.Everywhere`: the same
@@ -47,12 +47,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from hlo_opt.ir import Graph, rebase
-from hlo_opt.rules.lang import Rule
-from hlo_opt.search import groups, layout, merges, narrow
+from hlo_opt.rules.lang import Built, Rule
+from hlo_opt.search import groups, layout, merges, narrow, shares
 from hlo_opt.search import split as splitting
 from hlo_opt.search.backtracking import backtrack
 from hlo_opt.search.core import (BUDGET, SATURATED, TIME_LIMIT, Laps, Limits, Priced,
-                                 Result, everywhere, is_move, rewrite, surroundings)
+                                 Result, everywhere, is_move, rewrite, shape_of, surroundings)
 from hlo_opt.search.sampling import sample
 
 ALGORITHMS = ("auto", "greedy", "backtracking", "sampling")
@@ -220,10 +220,13 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
     out before the sweep ends. A move is not tried again on surroundings it did not
     pay on (`core.surroundings`): after the moves that paid, the next sweep tries only
     those near them (Inception-v3 at 4 C blocks, small: 62 tries -> 41, the same graph
-    found; each try rewrites and prices the whole graph)."""
+    found; each try rewrites and prices the whole graph). Where the price is its
+    kernels' sum, a rule's matches of one shape are tried only if, in the try at all
+    its matches, their kernels gained half what a move must (`shares.by_shape`)."""
     applied: list[str] = []
     failed: set[tuple[str, frozenset]] = set()
     users = None                # of the graph as it is: `Graph.users()`, when first asked
+    base = None                 # and its `Cost`, likewise
     improved = True
     ordered = sorted((r for r in rules if r.family in WHOLE_FAMILIES),
                      key=lambda r: WHOLE_FAMILIES.index(r.family))
@@ -237,7 +240,9 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
             again = True
             while again:               # a rule that paid is tried again first: pairwise
                 again = False          # merges of 8 dots take three sweeps (NasRNN)
-                for group in everywhere(rule.matches(graph)):
+                found = rule.matches(graph)
+                by_shape: dict[tuple, float] = {}
+                for group in everywhere(found):
                     if limits.reason():
                         return graph, applied
                     key = (rule.name, len(group))
@@ -248,16 +253,26 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
                     tried = (rule.name, surroundings(group, users))
                     if tried in failed:
                         continue
-                    names, new = rewrite(graph, rule, group, max_nodes)
+                    needed = gain * priced(graph)
+                    if by_shape.get(shape_of(group[0]), -needed) > -needed / 2:
+                        failed.add(tried)
+                        continue
+                    built = Built() if len(group) == len(found) else None
+                    names, new = rewrite(graph, rule, group, max_nodes, built)
                     if new is None or len(new.nodes) > max_nodes:
                         overgrown[key] = len(graph.nodes)
                         continue
                     if is_move(graph, new, max_nodes) and \
                             priced(new) < priced(graph) * (1 - gain):
-                        graph, applied, users = new, applied + names, None
+                        graph, applied, users, base = new, applied + names, None, None
                         improved = again = True
                         break          # the rule's matches changed: match it again
                     failed.add(tried)
+                    if built is not None and new.digest in priced.memo:   # (priced in time)
+                        base = base or priced.breakdown(graph)
+                        if base is not None:
+                            by_shape = shares.by_shape(base, priced.breakdown(new), built,
+                                                       found, shape_of, needed / 4)
     return graph, applied
 
 
