@@ -5,9 +5,10 @@
 `cost` maps a Graph to predicted seconds (`cost.Price(model, frozen)`, or any
 callable; a `Price` also gives the sweep each candidate's kernels, `shares.py`).
 Algorithms: "greedy" (backtracking with alpha = 1), "backtracking" (MetaFlow/TASO,
-alpha > 1 lets it pass through worse graphs), "sampling" (OCGGS, polynomial time); "auto" takes backtracking for graphs up to
-`split_threshold` operations, sampling above. Graphs above `split_threshold` operations are split
-by a minimum vertex cut (`split.py`); before the cut, a greedy pass over the whole graph
+alpha > 1 lets it pass through worse graphs), "sampling" (OCGGS, polynomial time);
+"auto" takes backtracking for graphs up to `split_threshold` operations, sampling
+above. Graphs above `split_threshold` operations are split by a minimum vertex cut
+(`split.py`); before the cut, a greedy pass over the whole graph
 takes the best rule applied at all its matches at once (`core.Everywhere`: the same
 decision for every repeated block, which the parts, searched apart, would each have to
 find); the parts are searched one by one, stitched, and a short greedy pass over the
