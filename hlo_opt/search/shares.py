@@ -3,7 +3,7 @@
 The sweep tries a rule at all its matches, then at all those of each shape
 (`core.everywhere`), and each try rewrites and prices the whole graph: its tries grew
 with the shapes and each with the graph (Inception-v3 small at 4 C blocks: 41 tries of
-a 284-node graph, 24 at one shape). Where the graph's price is its kernels' sum, the
+a 284-node graph, 30 at one shape). Where the graph's price is its kernels' sum, the
 all-matches try already shows what each shape changes. The kernels that changed form
 groups: a kernel before and one after are in the same group where they hold the same
 node, or the node and its rebuild (`Built.images`). A group that holds the nodes of one
