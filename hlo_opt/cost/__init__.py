@@ -8,8 +8,9 @@
 - `analytic`: a calibrated roofline, for tests and as fallback;
 - `memory`: page faults of buffers past malloc's mmap line, a per-call cost no kernel shows;
 - `model`: `Measured` / `Analytic` cost models; `cost = model.cost(graph, frozen=...)`;
-  `Price(model, frozen)`: that as the search takes it.
+- `price`: `Price(model, frozen)`, that as the search takes it.
 """
-from hlo_opt.cost.model import Analytic, Cost, CostModel, KernelCost, Measured, Price, make
+from hlo_opt.cost.model import Analytic, Cost, CostModel, KernelCost, Measured, make
+from hlo_opt.cost.price import Price
 
 __all__ = ["Analytic", "Cost", "CostModel", "KernelCost", "Measured", "Price", "make"]

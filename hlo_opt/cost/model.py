@@ -431,21 +431,6 @@ def _signature(graph: Graph, frozen: Iterable[int]) -> tuple:
             tuple(sorted(set(frozen))))
 
 
-class Price:
-    """`model`'s price of a graph whose inputs `fixed` are frozen, as the search takes
-    it: called, the predicted seconds; `breakdown`, the whole `Cost` (the search's
-    sweep reads where a move's price changed)."""
-
-    def __init__(self, model: CostModel, fixed: Iterable[int] = ()):
-        self.model, self.fixed = model, tuple(fixed)
-
-    def __call__(self, graph: Graph) -> float:
-        return self.breakdown(graph).total
-
-    def breakdown(self, graph: Graph) -> Cost:
-        return self.model.cost(graph, self.fixed)
-
-
 def make(name: str = "measured", cache_dir=None,
          compiler_options: compile_options.Options | None = None) -> CostModel:
     """The cost model called `name` ("measured" or "analytic"); a measured one times
