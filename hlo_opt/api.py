@@ -27,11 +27,11 @@ from typing import Any
 import jax
 import numpy as np
 from jax.extend import core as jcore
-from jax.tree_util import tree_unflatten
+from jax.tree_util import tree_flatten, tree_unflatten
 
 from hlo_opt import capture, emit, pipeline
 from hlo_opt.cost import CostModel
-from hlo_opt.frozen import Runner
+from hlo_opt.frozen import Runner, picker
 from hlo_opt.ir import Graph
 from hlo_opt.report import Report
 
@@ -151,6 +151,34 @@ class _Entry:
         return jcore.jaxpr_as_fun(self.original)(*leaves)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Last:
+    """The signature a frozen call ran last, checked again without a Python loop over
+    its frozen leaves: the same pytree structure, the same avals of the other leaves,
+    none of them a tracer, and frozen leaves its runner kept weights for (the same
+    objects, `Runner.known`). On the H100's host, the full check (`_signature`, a
+    tracer test and the weight look-up) cost BERT 66 us a call (37, 18 and 11 us), and
+    its calls ran 6% slower than its per-call program's own (`/tmp/s56/gpu_probe.py`)."""
+
+    in_tree: Any
+    dynamic: Callable[[Sequence], tuple]    # leaves -> the leaves that are not frozen
+    avals: tuple
+    entry: _Entry
+
+    def run(self, leaves: Sequence[Any]) -> list[Any] | None:
+        """The outputs' leaves, or None where the check fails."""
+        dynamic = self.dynamic(leaves)
+        try:
+            if tuple(map(_AVAL, dynamic)) != self.avals:
+                return None
+        except AttributeError:           # NumPy arrays, Python scalars
+            return None
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in dynamic):
+            return None
+        weights = self.entry.runner.known(leaves)
+        return None if weights is None else self.entry.runner(leaves, weights)
+
+
 def _fallback_report(reason: str, original: Graph | None = None) -> Report:
     return Report(original=original, optimized=original, applied={}, cost_before=None,
                   cost_after=None, measured_before=None, measured_after=None,
@@ -191,6 +219,7 @@ class Optimized:
         self._entries: dict[Any, _Entry] = {}
         self._inline = False         # every signature's program is the whole graph's
         self._seen_only = threading.local()     # _body may not optimise (see __call__)
+        self._last: _Last | None = None
 
     # -- calling -----------------------------------------------------------------
     def _jitted(self):
@@ -218,6 +247,15 @@ class Optimized:
         # Frozen arguments: the weight-only part runs once per distinct frozen value,
         # outside the per-call program, which needs concrete arrays. Under a trace
         # (grad, vmap, an outer jit) everything is computed inline instead.
+        last = self._last
+        if last is not None:
+            try:
+                leaves, in_tree = tree_flatten((args, kwargs))
+                outs = last.run(leaves) if in_tree == last.in_tree else None
+            except Exception:  # noqa: BLE001 - the full path below warns and falls back
+                outs = None
+            if outs is not None:
+                return tree_unflatten(last.entry.out_tree, outs)
         try:
             leaves, _, key = self._signature(args, kwargs)
             entry = self._entries.get(key)
@@ -236,6 +274,10 @@ class Optimized:
             self._store(key, _Entry(_fallback_report(f"{type(err).__name__}: {err}"),
                                     entry.out_tree, original=entry.original))
             return self._outer(*args, **kwargs)
+        if not (self._static_nums or self._static_names):   # else the trees differ
+            frozen = set(entry.runner.split.frozen)
+            dynamic = [i for i in range(len(leaves)) if i not in frozen]
+            self._last = _Last(key[0], picker(dynamic), picker(dynamic)(key[1]), entry)
         return tree_unflatten(entry.out_tree, outs)
 
     def lower(self, *args, **kwargs) -> jax.stages.Lowered:
@@ -254,6 +296,7 @@ class Optimized:
     def clear_cache(self) -> None:
         self._entries.clear()
         self._inline = False
+        self._last = None
         self._plain.clear_cache()
         self._outer.clear_cache()
 
@@ -307,6 +350,7 @@ class Optimized:
 
     def _store(self, key, entry: _Entry) -> _Entry:
         self._entries[key] = entry
+        self._last = None
         self._inline = all(e.runner is None or not (e.runner.precomputes or e.runner.options)
                            for e in self._entries.values())     # None: _outer
         return entry

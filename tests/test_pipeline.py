@@ -150,6 +150,56 @@ def test_frozen_numpy_weights_changed_in_place_are_never_stale(tmp_path):
     assert_close(ours(w, X), jax.jit(qkv)(w, X), 1e-5)
 
 
+def _merged_qkv(tmp_path):
+    _round_roofline(tmp_path)
+    ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                       **FAST)
+    assert ours.explain(W, X).applied.get("merge-dots-shared-lhs")    # weights to precompute
+    return ours
+
+
+def test_a_frozen_array_dropped_is_never_stood_in_for_by_one_at_its_address(tmp_path):
+    """Kept weights are found by the `id`s of the frozen leaves: once a leaf is freed,
+    a new array may get its `id`, and must not be read as the old value."""
+    ours = _merged_qkv(tmp_path)
+    w = {k: v + 0.0 for k, v in W.items()}              # arrays only this test holds
+    ours(w, X)
+    old = id(w["k"])
+    del w["k"]
+    for k in range(200):         # CPython hands a freed object's memory to the next alike
+        w["k"] = jnp.full((64, 64), 3.0 + k)
+        if id(w["k"]) == old:
+            break
+        del w["k"]
+    else:
+        pytest.skip("no new array took the freed one's id here")
+    assert_close(ours(w, X), jax.jit(qkv)(w, X), 1e-5)
+    assert ours.weight_computations == 2
+
+
+def test_repeated_frozen_calls_skip_the_full_signature_but_not_its_checks(tmp_path,
+                                                                       monkeypatch):
+    """A call like the last one is run from a short check (`api._Last`); anything else,
+    a new shape, NumPy arguments, a traced one, other weights, takes the full path."""
+    ours = _merged_qkv(tmp_path)
+    signatures = []
+    signature = ours._signature
+    monkeypatch.setattr(ours, "_signature", lambda *a: signatures.append(1) or signature(*a))
+    want = jax.jit(qkv)
+    assert_close(ours(W, X), want(W, X), 1e-5)
+    before = len(signatures)
+    for k in range(3):
+        assert_close(ours(W, X * k), want(W, X * k), 1e-5)
+    assert len(signatures) == before
+    other = jax.tree.map(lambda a: -a, W)
+    for w, x in [(W, X[:3]), (W, np.asarray(X)), (other, X), (W, X.astype(jnp.bfloat16))]:
+        signatures.clear()
+        assert_close(ours(w, x), want(w, x), 1e-2)
+        assert signatures
+    assert_close(jax.vmap(lambda x: ours(W, x[None]))(X)[1][:, 0], want(W, X)[1], 1e-5)
+    assert ours.weight_computations == 4     # W and other; W again in each new signature
+
+
 def test_frozen_arguments_that_are_traced_are_computed_inline(tmp_path):
     ours = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
                        **FAST)
