@@ -102,8 +102,8 @@ def split(graph: Graph, frozen: Iterable[int]) -> Split:
 
 
 def picker(positions: Sequence[int]) -> Callable[[Sequence], tuple]:
-    """`seq -> tuple(seq[i] for i in positions)`, in C (`operator.itemgetter`): a Python
-    loop over ResNet-50's 320 leaves costs tens of microseconds a call on a GPU's host."""
+    """`seq -> tuple(seq[i] for i in positions)`, in C (`operator.itemgetter`): on the
+    H100's host a Python loop took 0.2 us a leaf (a tracer test of ResNet-50's 56, 13 us)."""
     positions = tuple(positions)
     if len(positions) == 1:
         one = operator.itemgetter(positions[0])
