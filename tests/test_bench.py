@@ -244,3 +244,15 @@ def test_warm_ups_stop_once_they_have_spent_their_timing(tmp_path, timing):
     result, calls = bench.until_quiet(model, 5, warm_up, timing=timing)
     assert result.stats["costed"] > 0 and model.measured + model.programs > 0
     assert calls == (1 if timing == 0.0 else 2)
+
+
+@pytest.mark.slow        # a search and four contenders timed: 40 s on 2 cores
+def test_call_cost_times_the_call_and_what_it_runs(tmp_path):
+    result = _run("examples/call_cost.py", "--models=sru", "--small", "--repeats=2",
+                  "--time_limit=1", f"--out={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert record["model"] == "sru" and record["rel_error"] <= record["tolerance"]
+    assert set(record["ms"]) == {"jax.jit", "hlo_opt.jit call", "its per-call program",
+                                 "jax.jit on flat leaves"}
+    assert "| sru |" in (tmp_path / "results.md").read_text()
