@@ -7,7 +7,8 @@ dtypes, pytree structure, static values, weak types), donation, `.lower()` and e
 transformation (grad, vmap, an outer jit) exactly as for `jax.jit(fun)`; hlo_opt keeps
 one `Report` per signature. With `frozen_argnums`, a call on concrete arrays goes instead
 to the signature's `frozen.Runner`: the weight-only work once per frozen value, then the
-per-call program (`pipeline.py` says how a signature is optimised).
+per-call program (`pipeline.py` says how a signature is optimised); a call like the
+last one skips the full signature (`_Last`).
 
 Errors in the user's function are the user's and propagate unchanged.  Any failure of
 ours logs a warning naming the function and runs the original program instead.
