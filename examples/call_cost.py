@@ -30,7 +30,7 @@ from hlo_opt import frozen
 from hlo_opt.check import agreement, tolerance
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
-flags.DEFINE_string("out", "results_call", "Directory for results.json and results.md.")
+flags.DEFINE_string("out", "results/call_cost", "Directory for results.json and results.md.")
 FLAGS = flags.FLAGS
 
 SETTLE = 0.25     # seconds of untimed calls before each sample: a short program switched
