@@ -8,7 +8,7 @@ transformation (grad, vmap, an outer jit) exactly as for `jax.jit(fun)`; hlo_opt
 one `Report` per signature. With `frozen_argnums`, a call on concrete arrays goes instead
 to the signature's `frozen.Runner`: the weight-only work once per frozen value, then the
 per-call program (`pipeline.py` says how a signature is optimised); a call like the
-last one skips the full signature (`_Last`).
+last one skips the full signature (`frozen.Repeat`).
 
 Errors in the user's function are the user's and propagate unchanged.  Any failure of
 ours logs a warning naming the function and runs the original program instead.
@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import inspect
 import logging
-import operator
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from jax.tree_util import tree_flatten, tree_unflatten
 
 from hlo_opt import capture, emit, pipeline
 from hlo_opt.cost import CostModel
-from hlo_opt.frozen import Runner, picker
+from hlo_opt.frozen import AVAL, Repeat, Runner, traced
 from hlo_opt.ir import Graph
 from hlo_opt.report import Report
 
@@ -85,9 +84,6 @@ class Options:
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(Options))
 
 
-_AVAL = operator.attrgetter("aval")
-
-
 def _avals(leaves) -> tuple:
     """The abstract values of the argument leaves, the signature's key. Jax arrays and
     tracers carry theirs (read in C: 0.8 us for SRU's 14 leaves, where reading shape,
@@ -95,7 +91,7 @@ def _avals(leaves) -> tuple:
     else (NumPy arrays, Python scalars) is typed by jax, which gives equal avals for
     equal types, so an entry is found whichever kind of array the caller passes."""
     try:
-        return tuple(map(_AVAL, leaves))
+        return tuple(map(AVAL, leaves))
     except AttributeError:
         return tuple(map(jax.typeof, leaves))
 
@@ -145,39 +141,12 @@ class _Entry:
     graph: Graph | None = None
     original: jcore.ClosedJaxpr | None = None
     runner: Runner | None = None     # weight-only work once per frozen value (called eagerly)
+    repeat: Repeat | None = None     # its short check, made at its first call through runner
 
     def run(self, leaves: Sequence[Any]) -> list[Any]:
         if self.graph is not None:
             return emit.run(self.graph, leaves)
         return jcore.jaxpr_as_fun(self.original)(*leaves)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Last:
-    """The signature a frozen call ran last, checked again without a Python loop over
-    its frozen leaves: the same pytree structure, the same avals of the other leaves,
-    none of them a tracer, and frozen leaves its runner kept weights for (the same
-    objects, `Runner.known`). On the H100's host, the full check (`_signature`, a
-    tracer test and the weight look-up) cost BERT 66 us a call (37, 18 and 11 us), and
-    its calls ran 6% slower than its per-call program's own (`/tmp/s56/gpu_probe.py`)."""
-
-    in_tree: Any
-    dynamic: Callable[[Sequence], tuple]    # leaves -> the leaves that are not frozen
-    avals: tuple
-    entry: _Entry
-
-    def run(self, leaves: Sequence[Any]) -> list[Any] | None:
-        """The outputs' leaves, or None where the check fails."""
-        dynamic = self.dynamic(leaves)
-        try:
-            if tuple(map(_AVAL, dynamic)) != self.avals:
-                return None
-        except AttributeError:           # NumPy arrays, Python scalars
-            return None
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in dynamic):
-            return None
-        weights = self.entry.runner.known(leaves)
-        return None if weights is None else self.entry.runner(leaves, weights)
 
 
 def _fallback_report(reason: str, original: Graph | None = None) -> Report:
@@ -220,7 +189,7 @@ class Optimized:
         self._entries: dict[Any, _Entry] = {}
         self._inline = False         # every signature's program is the whole graph's
         self._seen_only = threading.local()     # _body may not optimise (see __call__)
-        self._last: _Last | None = None
+        self._last: Repeat | None = None   # the signature the last frozen call ran
 
     # -- calling -----------------------------------------------------------------
     def _jitted(self):
@@ -252,17 +221,17 @@ class Optimized:
         if last is not None:
             try:
                 leaves, in_tree = tree_flatten((args, kwargs))
-                outs = last.run(leaves) if in_tree == last.in_tree else None
+                outs = last(leaves) if in_tree == last.in_tree else None
             except Exception:  # noqa: BLE001 - the full path below warns and falls back
                 outs = None
             if outs is not None:
-                return tree_unflatten(last.entry.out_tree, outs)
+                return tree_unflatten(last.out_tree, outs)
         try:
             leaves, _, key = self._signature(args, kwargs)
             entry = self._entries.get(key)
         except Exception:  # noqa: BLE001 - bad arguments: jax.jit says what is wrong
             return self._outer(*args, **kwargs)
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if traced(leaves):
             return self._outer(*args, **kwargs)
         if entry is None:
             entry = self._store(key, self._optimize(args, kwargs))
@@ -276,9 +245,9 @@ class Optimized:
                                     entry.out_tree, original=entry.original))
             return self._outer(*args, **kwargs)
         if not (self._static_nums or self._static_names):   # else the trees differ
-            frozen = set(entry.runner.split.frozen)
-            dynamic = [i for i in range(len(leaves)) if i not in frozen]
-            self._last = _Last(key[0], picker(dynamic), picker(dynamic)(key[1]), entry)
+            entry.repeat = entry.repeat or Repeat.of(key[0], key[1], entry.out_tree,
+                                                     entry.runner)
+            self._last = entry.repeat
         return tree_unflatten(entry.out_tree, outs)
 
     def lower(self, *args, **kwargs) -> jax.stages.Lowered:

@@ -179,7 +179,7 @@ def test_a_frozen_array_dropped_is_never_stood_in_for_by_one_at_its_address(tmp_
 
 def test_repeated_frozen_calls_skip_the_full_signature_but_not_its_checks(tmp_path,
                                                                        monkeypatch):
-    """A call like the last one is run from a short check (`api._Last`); anything else,
+    """A call like the last one is run from a short check (`frozen.Repeat`); anything else,
     a new shape, NumPy arguments, a traced one, other weights, takes the full path."""
     ours = _merged_qkv(tmp_path)
     signatures = []
