@@ -357,6 +357,7 @@ def markdown(rows, series, exact, env) -> str:
                   f"{s['costed']:.0f} | {s.get('parts', 0):.0f} ({s.get('searched', 0):.0f}) | "
                   + " · ".join(f"{k} {v:.2f}" for k, v in s.get("phases", {}).items()) + " |"
                   for s in series]
+        nlogn = bench.nlogn(series)
         lines += ["", "Growth (slope of log seconds on log operations; 1 is linear): " +
                   ", ".join(f"{k} {v:.2f}" for k, v in bench.growth(series).items()) +
                   ". Least-squares line (seconds at no operation + ms per operation): " +
@@ -370,8 +371,9 @@ def markdown(rows, series, exact, env) -> str:
                             for k, (lo, hi, dl, dh) in bench.bend(series).items()) + ". "
                   "Mean seconds per operation at the largest size over those at the "
                   "smallest (an interval whose top is at most 1 shows time at most linear "
-                  "between them; 95% bootstrap interval over seeds): " +
-                  ", ".join(f"{k} {r:.2f} [{lo:.2f}, {hi:.2f}]"
+                  "between them, one under the n log n ratio growth slower than n log n; "
+                  "95% bootstrap interval over seeds): " +
+                  ", ".join(f"{k} {r:.2f} [{lo:.2f}, {hi:.2f}] (n log n {nlogn[k]:.2f})"
                             for k, (r, lo, hi) in bench.ends(series).items()) + "."]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
@@ -394,7 +396,8 @@ def main(argv):
     env = bench.environment()
     payload = {"environment": env, "models": rows, "scaling": series,
                "growth": bench.growth(series), "line": bench.line(series),
-               "bend": bench.bend(series), "ends": bench.ends(series), "exact": exact}
+               "bend": bench.bend(series), "ends": bench.ends(series),
+               "nlogn": bench.nlogn(series), "exact": exact}
     bench.write_report("search_bench", payload, markdown(rows, series, exact, env),
                        FLAGS.out, FLAGS.readme)
 

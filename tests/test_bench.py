@@ -166,6 +166,24 @@ def test_scaling_ends_bound_the_growth_between_the_smallest_and_largest_size():
     assert ratio == pytest.approx(234 / 24) and np.isnan(lo) and np.isnan(hi)
 
 
+def test_scaling_ends_tell_linear_time_from_n_log_n():
+    # Twelve seeds per point, +-5%: seconds through the origin read about 1 at the ends,
+    # with an interval that tops out under n log n's ratio; seconds growing as n log n
+    # read that ratio.
+    rng = np.random.default_rng(2)
+    sizes = (84, 108, 132, 156)
+    series = _seeded("linear", sizes, lambda n: 5e-3 * n, rng, 0.05, 12)
+    series += _seeded("n log n", sizes, lambda n: 1e-3 * n * np.log(n), rng, 0.05, 12)
+    series += _seeded("one size", (5,), lambda n: 1.0, rng, 0.05, 12)
+    nlogn = bench.nlogn(series)
+    assert list(nlogn) == ["linear", "n log n"]
+    assert nlogn["linear"] == pytest.approx(np.log(156) / np.log(84))
+    ratio, lo, hi = bench.ends(series)["linear"]
+    assert ratio == pytest.approx(1, abs=0.03) and hi < nlogn["linear"]
+    ratio, lo, hi = bench.ends(series)["n log n"]
+    assert ratio == pytest.approx(nlogn["n log n"], rel=0.05) and 1 < lo
+
+
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
                                                 dtype="float32")])
