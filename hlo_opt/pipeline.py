@@ -137,7 +137,7 @@ def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence,
         try:
             jax.block_until_ready(fn(*args))
             jax.block_until_ready(base(*args))
-            ratio = measure.paired(fn, args, base, args, decide=best_ratio)[0]
+            ratio = measure.paired(fn, args, base, args, decide=best_ratio, warm=True)[0]
         except Exception as err:  # noqa: BLE001 - XLA's defaults still stand
             logger.info("hlo_opt: not compiling with %s (%s)", compile_options.label(choice), err)
             continue

@@ -575,13 +575,15 @@ def test_unknown_cost_model_is_refused():
 
 
 @pytest.mark.parametrize("ours, rounds, median, warm", [
-    (0.5, 3, 0.5, False), (1.3, 3, 1.3, False), (0.95, 7, 0.95, False), (None, 7, 0.5, False),
+    (0.5, 3, 0.5, False), (1.3, 3, 1.3, False), (0.95, 7, 0.95, False), (None, 7, 1.5, False),
     (0.5, 2, 0.5, True), (None, 6, 1.5, True)])
 def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch, ours, rounds,
                                                                      median, warm):
     """The clock is a script: `ours` seconds per call against the reference's 1.0 (None:
-    1.5 and 0.5 by turns, each decisive alone but not together). `warm`: the first calls
-    are a round (one call of a second is a sample long), so one call fewer each."""
+    1.5 and 0.5 by turns, each decisive alone but not together; a compiling call shifts
+    the turns, and the median with them). `warm`: the first calls
+    are a round (one call of a second is a sample long), so one call fewer each; not
+    warm, each is called once more first, to compile, and that call is not read."""
     from hlo_opt.cost import measure
     calls = []
 
@@ -595,8 +597,32 @@ def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch
     monkeypatch.setattr(measure, "per_call", per_call)
     monkeypatch.setattr(measure, "warm_up", lambda: None)
     ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99, warm=warm)
-    assert calls.count("ref") == 1 + rounds      # the warm-up call, then one per round
+    # (the compiling call unless warm,) the warm-up call, then one per round
+    assert calls.count("ref") == (not warm) + 1 + rounds
     assert ref == 1.0 and ratio == pytest.approx(median)
+
+
+def test_paired_timing_of_programs_not_yet_compiled_samples_many_calls():
+    """A first call compiles; read as a call it made every sample one call of a 0.1 ms
+    program, where `min_sample` asks for 10 ms of them."""
+    from hlo_opt.cost import measure
+    calls = {"ours": 0, "ref": 0}
+
+    def counted(name, fn):
+        jitted = jax.jit(fn)
+
+        def call(*args):
+            calls[name] += 1
+            return jitted(*args)
+        return call
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+    ours = counted("ours", lambda x, w: jnp.tanh(x @ w))
+    ref = counted("ref", lambda x, w: jax.nn.relu(x @ w))
+    ratio, seconds = measure.paired(ours, (x, w), ref, (x, w), rounds=3, min_sample=10e-3)
+    per_sample = 10e-3 / seconds
+    assert per_sample > 5                      # (a test on a machine where the call is 2 ms
+    assert min(calls.values()) >= 3 * per_sample / 2     # or more would show nothing)
+    assert 0 < ratio < 10
 
 
 @pytest.mark.parametrize("seconds, settled", [(1e-3, 14), (0.5, 0)])

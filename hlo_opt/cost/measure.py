@@ -317,13 +317,14 @@ def rotating(fn: Callable, args: list, cold: Sequence[int]) -> tuple[Callable, t
 
 
 def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
-          min_sample: float = 10e-3) -> float:
+          min_sample: float = 10e-3, warm: bool = False) -> float:
     """Median over `rounds` of (seconds per call of `fn`) / (seconds per call of `ref`),
     the two timed back to back in alternating order. On a shared machine the speed of
     the same program drifts by tens of percent within a minute (a three-dot program read
     2.8 ms, then 4.5 ms, in one process on the 2-core VM); a pair timed together drifts
     together, and the ratio stays."""
-    return paired(fn, args, ref, ref_args, rounds=rounds, min_sample=min_sample)[0]
+    return paired(fn, args, ref, ref_args, rounds=rounds, min_sample=min_sample,
+                  warm=warm)[0]
 
 
 def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
@@ -341,7 +342,11 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
 
     `warm`: both have run on arguments like these already (verify ran them), so the
     first calls, timed to choose the sample size, are a round of their own when they
-    are a sample long: 1.5 s of NASNet-A's first call.
+    are a sample long: 1.5 s of NASNet-A's first call. Otherwise each runs once untimed
+    first: a first call compiles, and a compile read as a call made every sample one
+    unsettled call (two fresh 0.13 ms programs were timed one call a sample, where 10 ms
+    of calls were asked). measure_final timed so where verify had not run the two: a
+    frozen-weight program the search left as it was, or `verify=False`.
 
     A program shorter than `SETTLE` runs `SETTLE` seconds untimed before each sample:
     switched to from the other, a short program runs slow for its first calls, and
@@ -353,6 +358,9 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     after 10, 1.65-1.66x (`/tmp/s19/paired_settle.py`, `bias.py`, 2-core VM)."""
     warm_up()
     pairs = ((fn, args), (ref, ref_args))
+    if not warm:
+        for f, a in pairs:
+            per_call(f, a, 1)                               # compiles: not read
     first = [per_call(f, a, 1) for f, a in pairs]          # the warm-up calls, timed
     once = max(first)
     ratios, refs = [], []

@@ -373,7 +373,7 @@ class Measured(CostModel):
                     try:
                         deadline.check()
                         ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
-                                              min_sample=self.WHOLE_SAMPLE)
+                                              min_sample=self.WHOLE_SAMPLE, warm=True)
                     finally:
                         measure.release(fn)
                     seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
