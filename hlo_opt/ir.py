@@ -9,6 +9,7 @@ topological order keeps their program order.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import math
@@ -51,6 +52,10 @@ class TensorType:
         return self.size * (itemsize if isinstance(itemsize, int) else np.dtype(self.dtype).itemsize)
 
     def __str__(self) -> str:
+        return self._text
+
+    @functools.cached_property
+    def _text(self) -> str:        # (read by the digest of every node a rewrite builds)
         weak = "~" if self.weak_type else ""
         return f"{weak}{self.dtype}[{','.join(map(str, self.shape))}]"
 
@@ -72,7 +77,7 @@ class Value(NamedTuple):
 class Node:
     """One operation.  Identity is the object; structure is `digest`."""
 
-    __slots__ = ("op", "inputs", "params", "types", "deps", "_digest", "_seq")
+    __slots__ = ("op", "inputs", "params", "types", "deps", "_digest", "_seq", "_parents")
 
     def __init__(self, op: str, inputs: Iterable[Value], params: Params,
                  types: Iterable[TensorType], deps: Iterable["Node"] = ()):
@@ -83,16 +88,23 @@ class Node:
         self.deps = tuple(deps)
         self._digest = None
         self._seq = next(_CREATION)   # parents are always created before their users
+        self._parents = None   # made when first asked: a node is never changed, and the
+        # partition asks for them again and again (its outputs are not kept: they would
+        # hold the node itself, a cycle only the garbage collector frees)
 
     @property
     def outputs(self) -> tuple[Value, ...]:
+        if len(self.types) == 1:
+            return (Value(self, 0),)
         return tuple(Value(self, i) for i in range(len(self.types)))
 
     def out(self, index: int = 0) -> Value:
         return Value(self, index)
 
     def parents(self) -> tuple["Node", ...]:
-        return tuple(v.node for v in self.inputs) + self.deps
+        if self._parents is None:
+            self._parents = tuple(v.node for v in self.inputs) + self.deps
+        return self._parents
 
     @property
     def digest(self) -> str:

@@ -208,7 +208,7 @@ class Rule:
         base = root.base if isinstance(root, Proj) else root
         names = [base.op] if isinstance(base.op, str) else sorted(base.op.choices)
         for node in itertools.chain.from_iterable(by_op.get(n, ()) for n in names):
-            if root.index >= len(node.outputs):
+            if root.index >= len(node.types):
                 continue
             state = _unify(root, node.out(root.index), dict(values), dict(syms), dict(opvars))
             if state is not None:
