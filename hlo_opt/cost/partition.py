@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import graphlib
-from collections.abc import Iterable
 
 from hlo_opt import ops
 from hlo_opt.cost import layouts
