@@ -213,9 +213,9 @@ class Repeat:
 
     @classmethod
     def of(cls, in_tree, avals: tuple, out_tree, runner: Runner) -> "Repeat":
-        """For the signature of leaves with these `avals` under `in_tree`."""
-        frozen = set(runner.split.frozen)
-        dynamic = picker([i for i in range(len(avals)) if i not in frozen])
+        """For the signature of leaves with these `avals` under `in_tree` (the leaves
+        that are not frozen are the per-call program's live ones)."""
+        dynamic = picker(runner.split.live)
         return cls(in_tree, out_tree, dynamic, dynamic(avals), runner)
 
     def __call__(self, leaves: Sequence[Any]) -> list[Any] | None:
