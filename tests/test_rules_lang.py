@@ -82,6 +82,33 @@ def test_multi_output_pattern_merges_two_dots_into_one():
     assert_close(emit.run(new, args), emit.run(g, args), 1e-5)
 
 
+def test_later_roots_found_among_readers_are_the_matches_a_full_scan_finds():
+    """A second root whose input is bound already is looked for among that value's
+    readers; the matches, their order and bindings must be those of trying every node
+    of its op. The graph has readers of two ops, a node reading a value twice, and
+    dots sharing one operand but not the other."""
+    def f(x, a, b, c):
+        h = jnp.tanh(x @ a)
+        return h @ b, x @ b, x @ c, (x @ x.T) @ a, jax.nn.relu(x) + jnp.exp(x), x * x
+    g = _graph(f, _rand(8, 8), _rand(8, 8), _rand(8, 8), _rand(8, 8))
+    index = {}
+    for node in g.nodes:
+        index.setdefault(node.op, []).append(node)
+    multi = [r for r in rules.ALL if len(r.src) > 1]
+    found = 0
+    for rule in multi:
+        scanned = [rules.Match(rule, *state) for state in
+                   rule._match_roots(0, index, {}, {}, {}, None)]
+        scanned = [m for m in scanned if len(set(m.roots)) == len(rule.src)
+                   and all(guard.test(m) for guard in rule.guards)]
+        new = rule.matches(g)
+        assert [m.roots for m in new] == [m.roots for m in scanned], rule.name
+        assert [m._values for m in new] == [m._values for m in scanned], rule.name
+        found += len(new)
+    # x @ a-like dots sharing x: x@b, x@c, x@x.T (lhs) -> 6 ordered pairs at least
+    assert len(concat_split.RULES["merge-dots-shared-lhs"].matches(g)) >= 6 and found > 6
+
+
 def test_merging_would_create_a_cycle_and_is_refused():
     """TASO's Figure 6: A x relu(A x B) -- merging the two matmuls that share A would
     feed the merged matmul its own output."""

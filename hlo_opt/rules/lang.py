@@ -193,26 +193,37 @@ class Rule:
             for node in graph.nodes:
                 by_op.setdefault(node.op, []).append(node)
         found = []
-        for values, syms, opvars in self._match_roots(0, by_op, {}, {}, {}):
+        readers = _Readers(graph) if len(self.src) > 1 else None
+        for values, syms, opvars in self._match_roots(0, by_op, {}, {}, {}, readers):
             m = Match(self, values, syms, opvars)
             if len(set(m.roots)) == len(self.src) and \
                     all(g.test(m) for g in self.guards):
                 found.append(m)
         return found
 
-    def _match_roots(self, i, by_op, values, syms, opvars):
+    def _match_roots(self, i, by_op, values, syms, opvars, readers):
+        """The bindings of roots i.. . A later root with an input bound already (the
+        operand two merged convs share) is looked for among that value's readers, not
+        among all nodes of its op: scanning them all made matching two roots quadratic
+        (`merge-convs-shared-input` 1.5 -> 5.3 ms from Inception's 1 to 4 C blocks, for
+        1.9x the nodes). The same candidates that can match, in the same order."""
         if i == len(self.src):
             yield values, syms, opvars
             return
         root = self.src[i]
         base = root.base if isinstance(root, Proj) else root
         names = [base.op] if isinstance(base.op, str) else sorted(base.op.choices)
-        for node in itertools.chain.from_iterable(by_op.get(n, ()) for n in names):
+        shared = next((values[id(p)] for p in base.inputs if id(p) in values), None)
+        if shared is not None and readers is not None:
+            candidates = readers.of(shared.node, names)
+        else:
+            candidates = itertools.chain.from_iterable(by_op.get(n, ()) for n in names)
+        for node in candidates:
             if root.index >= len(node.types):
                 continue
             state = _unify(root, node.out(root.index), dict(values), dict(syms), dict(opvars))
             if state is not None:
-                yield from self._match_roots(i + 1, by_op, *state)
+                yield from self._match_roots(i + 1, by_op, *state, readers)
 
     # -- rewriting -----------------------------------------------------------------------
 
@@ -302,6 +313,21 @@ class Rule:
                 if size > max_nodes:
                     return None, taken
         return replace(graph, subst, None if built is None else built.images), taken
+
+
+class _Readers:
+    """A graph's readers of each node, walked once when first asked."""
+
+    def __init__(self, graph: Graph):
+        self.graph, self.users = graph, None
+
+    def of(self, node: Node, names: Sequence[str]) -> list[Node]:
+        """The nodes reading `node` whose op is one of `names`: those of the first name,
+        then of the next, each in graph order (as `by_op`'s lists), once each."""
+        if self.users is None:
+            self.users = self.graph.users()
+        near = dict.fromkeys(self.users.get(node, ()))
+        return [n for name in names for n in near if n.op == name]
 
 
 def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:
