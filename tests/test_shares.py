@@ -54,14 +54,19 @@ def test_each_shape_gets_the_change_of_the_kernels_around_its_matches():
         {"A": -2.0, "B": 2.0}
 
 
-def test_a_shape_sharing_a_kernel_with_another_or_with_an_untaken_match_is_left_out():
-    a, b, c, d = (_node() for _ in range(4))
-    a2, b2, c2 = _node(), _node(), _node()
-    ma, mb, mc, md = _match("A", a), _match("B", b), _match("C", c), _match("D", d)
-    before = _cost((1.0, [a]), (1.0, [b]), (1.0, [c]), (1.0, [d]))
-    after = _cost((3.0, [a2, b2]), (0.5, [c2]), (1.0, [d]))      # A and B fused; D not taken
-    built = Built([(ma, {a2}), (mb, {b2}), (mc, {c2})], {})
-    assert shares.by_shape(before, after, built, [ma, mb, mc, md], _shape, 1e-9) == {"C": -0.5}
+def test_shapes_sharing_a_kernel_each_get_its_gain_and_an_untaken_match_is_left_out():
+    """A and B read one producer p, fused with them before and after: their kernel lost
+    1 s, and neither is given the loss (either might gain alone: zero is their bound). E
+    and F likewise around q, gaining 1 s: each is given the whole gain, as if the other
+    had none. D's match was not taken: D is left out."""
+    p, q, a, b, c, d, e, f = (_node() for _ in range(8))
+    a2, b2, c2, e2, f2 = _node(), _node(), _node(), _node(), _node()
+    ma, mb, mc, md, me, mf = (_match(k, n) for k, n in zip("ABCDEF", (a, b, c, d, e, f)))
+    before = _cost((2.0, [p, a, b]), (1.0, [c]), (1.0, [d]), (4.0, [q, e, f]))
+    after = _cost((3.0, [p, a2, b2]), (0.5, [c2]), (1.0, [d]), (3.0, [q, e2, f2]))
+    built = Built([(ma, {a2}), (mb, {b2}), (mc, {c2}), (me, {e2}), (mf, {f2})], {})
+    assert shares.by_shape(before, after, built, [ma, mb, mc, md, me, mf], _shape, 1e-9) == \
+        {"A": 0.0, "B": 0.0, "C": -0.5, "E": -1.0, "F": -1.0}
 
 
 def test_nothing_is_shared_out_where_the_price_moved_elsewhere_or_was_timed_whole():
