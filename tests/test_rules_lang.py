@@ -9,6 +9,7 @@ from hlo_opt import capture, emit, rules
 from hlo_opt.rules import Pat, Rule, RuleError, RuleSet, Sym, tensors
 from hlo_opt.rules.library import concat_split
 from hlo_opt.rules.library.common import dot, unary
+from hlo_opt.search.core import by_op
 from helpers import assert_close
 
 R = np.random.default_rng(0)
@@ -91,9 +92,7 @@ def test_later_roots_found_among_readers_are_the_matches_a_full_scan_finds():
         h = jnp.tanh(x @ a)
         return h @ b, x @ b, x @ c, (x @ x.T) @ a, jax.nn.relu(x) + jnp.exp(x), x * x
     g = _graph(f, _rand(8, 8), _rand(8, 8), _rand(8, 8), _rand(8, 8))
-    index = {}
-    for node in g.nodes:
-        index.setdefault(node.op, []).append(node)
+    index = by_op(g)
     multi = [r for r in rules.ALL if len(r.src) > 1]
     found = 0
     for rule in multi:
@@ -105,7 +104,7 @@ def test_later_roots_found_among_readers_are_the_matches_a_full_scan_finds():
         assert [m.roots for m in new] == [m.roots for m in scanned], rule.name
         assert [m._values for m in new] == [m._values for m in scanned], rule.name
         found += len(new)
-    # x @ a-like dots sharing x: x@b, x@c, x@x.T (lhs) -> 6 ordered pairs at least
+    # the dots reading x on the left (x@a, x@b, x@c, x@x.T): at least 6 ordered pairs
     assert len(concat_split.RULES["merge-dots-shared-lhs"].matches(g)) >= 6 and found > 6
 
 

@@ -193,7 +193,7 @@ class Rule:
             for node in graph.nodes:
                 by_op.setdefault(node.op, []).append(node)
         found = []
-        readers = _Readers(graph) if len(self.src) > 1 else None
+        readers = graph.users() if len(self.src) > 1 else None
         for values, syms, opvars in self._match_roots(0, by_op, {}, {}, {}, readers):
             m = Match(self, values, syms, opvars)
             if len(set(m.roots)) == len(self.src) and \
@@ -215,7 +215,7 @@ class Rule:
         names = [base.op] if isinstance(base.op, str) else sorted(base.op.choices)
         shared = next((values[id(p)] for p in base.inputs if id(p) in values), None)
         if shared is not None and readers is not None:
-            candidates = readers.of(shared.node, names)
+            candidates = _readers(readers, shared.node, names)
         else:
             candidates = itertools.chain.from_iterable(by_op.get(n, ()) for n in names)
         for node in candidates:
@@ -315,19 +315,12 @@ class Rule:
         return replace(graph, subst, None if built is None else built.images), taken
 
 
-class _Readers:
-    """A graph's readers of each node, walked once when first asked."""
-
-    def __init__(self, graph: Graph):
-        self.graph, self.users = graph, None
-
-    def of(self, node: Node, names: Sequence[str]) -> list[Node]:
-        """The nodes reading `node` whose op is one of `names`: those of the first name,
-        then of the next, each in graph order (as `by_op`'s lists), once each."""
-        if self.users is None:
-            self.users = self.graph.users()
-        near = dict.fromkeys(self.users.get(node, ()))
-        return [n for name in names for n in near if n.op == name]
+def _readers(users: dict[Node, list[Node]], node: Node, names: Sequence[str]) -> list[Node]:
+    """The nodes reading `node` (`users`: `Graph.users()`) whose op is one of `names`:
+    those of the first name, then of the next, each in graph order (as `by_op`'s
+    lists), once each."""
+    near = dict.fromkeys(users.get(node, ()))
+    return [n for name in names for n in near if n.op == name]
 
 
 def _below(roots: set[Node], users: dict[Node, list[Node]]) -> set[Node]:
