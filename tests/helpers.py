@@ -61,9 +61,9 @@ def run_kernels(graph, kernels, args) -> list:
     env = dict(zip((n.out() for n in graph.inputs), args))
     for kernel in kernels:
         kept = dict(kernel.relaid)
-        ins = [env[v] if v not in kept else env[v].transpose(kept[v])
-               for v in kernel.inputs if v.node.op != "const"]
+        reads, outputs = partition.ports(kernel)
+        ins = [env[v] if v not in kept else env[v].transpose(kept[v]) for v in reads]
         outs = emit.run(partition.isolate(kernel), ins)
         env.update((v, o if v not in kept else o.transpose(layouts.inverse(kept[v])))
-                   for v, o in zip(kernel.outputs, outs))
+                   for v, o in zip(outputs, outs))
     return [env[v] for v in graph.outputs]

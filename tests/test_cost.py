@@ -131,6 +131,42 @@ def test_kernels_alike_in_structure_are_priced_once_and_share_a_program():
     assert part.isolate(part.partition(again)[1]).digest == part.isolate(loop).digest
 
 
+def test_one_kernel_made_in_another_order_isolates_to_one_program():
+    """The isolated program is the timing's cache key: a kernel whose nodes were made in
+    another order (operands met in another order, outputs listed in another order) is
+    the same program, its cold input at the same place; a kernel that differs is not."""
+    x, y = jnp.ones((4, 8)), jnp.full((4, 8), 2.0)
+
+    def first(x, y):
+        a, b = jnp.exp(x), jnp.sin(y)
+        return a + b, a * b
+
+    def second(x, y):
+        b, a = jnp.sin(y), jnp.exp(x)
+        return a * b, a + b
+
+    graphs = [graph_of(f, x, y) for f in (first, second)]
+    loops = [part.partition(g)[0] for g in graphs]
+    place = [lambda v, g=g: g.inputs.index(v.node) for g in graphs]
+    assert [n.op for n in loops[0].nodes] != [n.op for n in loops[1].nodes]
+    assert list(map(place[0], loops[0].inputs)) != list(map(place[1], loops[1].inputs))
+    programs = [part.isolate(k) for k in loops]
+    assert programs[0].digest == programs[1].digest
+    for g, kernel, program, at in zip(graphs, loops, programs, place):
+        reads, outputs = part.ports(kernel)     # the program's inputs and outputs, in order
+        got = emit.run(program, [(x, y)[at(v)] for v in reads])
+        want = dict(zip(g.outputs, emit.run(g, [x, y])))
+        assert len(got) == len(outputs) == 2
+        for value, out in zip(outputs, got):
+            assert_close(out, want[value], 1e-6)
+    # a cold input is named by its place in the program, whichever order made it
+    colds = [cost_model._cold(dataclasses.replace(k, cold=tuple(
+        v for v in k.inputs if at(v) == 1))) for k, at in zip(loops, place)]
+    assert colds[0] == colds[1] and len(colds[0]) == 1
+    other = part.partition(graph_of(lambda x, y: (jnp.exp(x) - jnp.sin(y), jnp.exp(x)), x, y))
+    assert part.isolate(other[0]).digest != programs[0].digest
+
+
 @pytest.mark.parametrize("name", ["resnet50", "bert", "nasrnn", "sru", "inception_v3"])
 def test_isolated_kernels_compose_to_the_whole_program(name):
     import models

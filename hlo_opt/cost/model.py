@@ -32,7 +32,7 @@ import jax
 from hlo_opt import compile_options, deadline
 from hlo_opt.cost import analytic, anchors, measure, memory, residency
 from hlo_opt.cost.cache import Cache
-from hlo_opt.cost.partition import Kernel, isolate, partition, structure
+from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
 from hlo_opt.frozen import split, weight_only
 from hlo_opt.ir import Graph
@@ -409,9 +409,10 @@ class Measured(CostModel):
 
 def _cold(kernel: Kernel) -> tuple[int, ...]:
     """The positions of the kernel's cold inputs among its isolated program's inputs
-    (`isolate`: one per input that is not a constant)."""
-    inputs = [v for v in kernel.inputs if v.node.op != "const"]
-    return tuple(i for i, v in enumerate(inputs) if v in kernel.cold)
+    (`isolate`: one per input that is not a constant, in the order of `ports`)."""
+    if not kernel.cold:
+        return ()
+    return tuple(i for i, v in enumerate(ports(kernel)[0]) if v in kernel.cold)
 
 
 def _timing(program: Graph, kernel: Kernel) -> str:
