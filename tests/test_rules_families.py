@@ -163,6 +163,20 @@ def test_3x3_conv_becomes_one_matmul_over_its_windows(stride, padding):
                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
     ops = rewrite("conv3x3-as-im2col", conv, x, w)
     assert ops["conv_general_dilated"] == 0 and ops["dot_general"] == 1 and ops["slice"] == 9
+    assert ops["pad"] == 1          # the nine windows read one padded input
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_conv_becomes_nine_taps_of_one_padded_input(stride):
+    x, w = _rand(1, 7, 7, 5), _rand(3, 3, 1, 5)
+
+    def depthwise(x, w):
+        return lax.conv_general_dilated(x, w, (stride, stride), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                        feature_group_count=5)
+    ops = rewrite("depthwise-conv3x3-as-taps", depthwise, x, w)
+    assert ops["conv_general_dilated"] == 0 and ops["mul"] == 9 and ops["slice"] == 18
+    assert ops["pad"] == 1
 
 
 def test_average_pool_is_a_depthwise_conv():
