@@ -82,3 +82,30 @@ def test_the_fault_rate_is_measured_once_and_cached(tmp_path):
     rate = memory.calibrate(header, tmp_path)
     assert 0 < rate < 1e-6                  # seconds per byte: under 4 ms a page
     assert memory.calibrate(header, tmp_path) == rate
+
+
+def test_a_temp_buffer_past_the_line_faults_every_page_each_call():
+    if memory._faults() is None:
+        pytest.skip("this OS counts no page faults")
+    fn, args = memory.copies_program(memory.BIG_COPIES)
+    jax.block_until_ready(fn(*args))
+    before = memory._faults()
+    for _ in range(3):
+        jax.block_until_ready(fn(*args))
+    pages = memory.BIG_COPIES * memory.COPY_BYTES // memory.PAGE
+    assert (memory._faults() - before) / 3 >= 0.95 * pages
+
+
+def test_the_fault_rate_divides_by_the_pages_the_two_programs_faulted(monkeypatch, tmp_path):
+    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
+    copy_pages = memory.COPY_BYTES / memory.PAGE
+    # the program under the line faulted half its pages in its least sample
+    monkeypatch.setattr(memory, "_copy_seconds",
+                        lambda counts: [(2e-3, copy_pages / 2), (3e-3, copy_pages)])
+    assert memory.calibrate(header, tmp_path / "a") == pytest.approx(
+        1e-3 / (copy_pages / 2 * memory.PAGE))
+    # both faulted alike: the difference is not the faults'; a quarter copy at least
+    monkeypatch.setattr(memory, "_copy_seconds",
+                        lambda counts: [(2e-3, copy_pages), (2.1e-3, copy_pages)])
+    assert memory.calibrate(header, tmp_path / "b") == pytest.approx(
+        0.1e-3 / memory.COPY_BYTES * 4)

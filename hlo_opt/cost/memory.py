@@ -165,8 +165,9 @@ def seconds(graph: Graph, temp: int, fault_per_byte: Callable[[], float]) -> flo
 def calibrate(header: dict, cache_dir=None) -> float:
     """Seconds per byte of faulting in a program's fresh temp buffer, as XLA's CPU
     runtime pays it: the weight copies of NCHW convs (`layouts.py`), timed per byte in a
-    program whose temp buffer is under the line and in one past it; the difference is
-    the faults. Measured once per device and read from the cache after.
+    program whose temp buffer is under the line and in one past it; the difference, over
+    the pages the two faulted (`_copy_seconds`), is the faults. Measured once per device
+    and read from the cache after.
 
     A one-thread microbenchmark (a byte written per page of a fresh 64 MiB mapping)
     read 1.75 us a page on the AMD EPYC VM, where XLA pays 0.68 (24 weight copies of
@@ -174,27 +175,78 @@ def calibrate(header: dict, cache_dir=None) -> float:
     threads fault side by side, and a zeroed page is then in the cache for the write.
     At the microbenchmark's rate, ResNet-50's NCHW program (26,278 pages a call) was
     priced 1.25x its run; ResNet-50's 43 ms from freezing its weights in HWIO order
-    held 17.5 ms the kernels did not show, 0.67 us a page."""
+    held 17.5 ms the kernels did not show, 0.67 us a page.
+
+    The rate is the largest part of the price that moves from one calibration to the
+    next: three caches on the AMD host held 1.6, 1.8 and 4.2e-10 s a byte, and priced
+    Inception-v3's NCHW original 111, 111 and 143 ms (it ran in 128; its search's graph
+    at 1.48-1.52x and 2.06-2.08x, where it ran 1.70x). Hence `ROUNDS`, and the faults
+    counted (the entry's name changed with them, so a rate cached before is measured
+    again)."""
     cache = Cache("memory", header, cache_dir)
-    if "xla_fault_per_byte" not in cache:
-        small, big = _copy_seconds((SMALL_COPIES, BIG_COPIES))
-        cache.put("xla_fault_per_byte", max(big - small, 0.0) / COPY_BYTES)
+    if FAULT_ENTRY not in cache:
+        (small, small_pages), (big, big_pages) = _copy_seconds((SMALL_COPIES, BIG_COPIES))
+        pages = max(big_pages - small_pages, COPY_BYTES / PAGE / 4)
+        cache.put(FAULT_ENTRY, max(big - small, 0.0) / (pages * PAGE))
         cache.flush()
-    return float(cache.get("xla_fault_per_byte"))
+    return float(cache.get(FAULT_ENTRY))
 
 
+FAULT_ENTRY = "xla_fault_per_counted_byte"
 COPY_BYTES = 4 << 20        # one 1024 x 1024 float32 weight
 SMALL_COPIES, BIG_COPIES = 6, 24    # 24 MiB of temp buffer, under the line; 96, past it
+ROUNDS = 20                 # of the calibration: in five processes each, the rate read
+                            # 1.2-2.8e-10 s a byte with 5 rounds, 2.0-2.6 with 20 (2.4 s
+                            # and 6 s once per device; `/tmp/s60/fault4.py`)
 
 
-def _copy_seconds(counts: tuple[int, ...]) -> list[float]:
-    """Seconds per weight copy of a program of n NCHW 1x1 convs on a 1x1 input for each
-    n in `counts` (the weight copies are all its work and all its temp buffer), timed
-    in rounds, one sample of each in turn (`measure.least_in_rounds`). Timed one
-    program after the other, the first read the process's slow start: in one CI run
-    the small program's copies read slower than the big one's, and the rate was cached
-    as 0 (three runs on the Intel host: 0.4, 1.5, 1.6e-10 s a byte one after the other;
-    1.0, 1.1, 1.5e-10 in rounds)."""
+def _faults() -> int | None:
+    """Page faults this process has taken (minor: a fresh page zeroed), where the OS
+    counts them (`resource` is POSIX only)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _copy_seconds(counts: tuple[int, ...]) -> list[tuple[float, float]]:
+    """(seconds, pages faulted) per weight copy of a program of n NCHW 1x1 convs on a
+    1x1 input for each n in `counts` (the weight copies are all its work and all its
+    temp buffer): the least sample over `ROUNDS` rounds, one sample of each program in
+    turn, with the pages faulted in that sample. Where the OS counts no faults, a
+    buffer past the line faults all its pages and one under it none.
+
+    In rounds: timed one program after the other, the first read the process's slow
+    start (in one CI run the small program's copies read slower than the big one's,
+    and the rate was cached as 0). Counted: the line is not a wall, and the program
+    under it faulted 922 to 5,224 of its 6,144 pages a call in one process, none in
+    others (malloc's threshold rises as the process frees, `/tmp/s60/faults2.py`);
+    one such reading made the difference half the faults' time."""
+    calls = []
+    for copies in counts:
+        fn, args = copies_program(copies)
+        calls.append((fn, args, measure.sample_size(fn, args, 2e-3), copies))
+    best = [(float("inf"), 0.0)] * len(calls)
+    for _ in range(ROUNDS):
+        measure.warm_up()
+        for i, (fn, args, number, copies) in enumerate(calls):
+            jax.block_until_ready(fn(*args))      # (a program switched to runs slow once)
+            before = _faults()
+            seconds = measure.per_call(fn, args, number) / copies
+            after = _faults()
+            if seconds < best[i][0]:
+                pages = (after - before) / number / copies if before is not None else \
+                    (COPY_BYTES / PAGE if copies * COPY_BYTES > MMAP_LINE else 0.0)
+                best[i] = (seconds, pages)
+    for fn, *_ in calls:
+        measure.release(fn)
+    return best
+
+
+def copies_program(copies: int) -> tuple[Callable, list]:
+    """(jitted program, its arguments): `copies` NCHW 1x1 convs on a 1x1 input, summed,
+    whose work and temp buffer are the copies XLA makes of their 4 MiB weights."""
     def program(x, *weights):
         return sum(lax.conv_general_dilated(x, w, (1, 1), "VALID",
                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
@@ -202,15 +254,5 @@ def _copy_seconds(counts: tuple[int, ...]) -> list[float]:
     rng = np.random.default_rng(0)
     x = jnp.ones((1, 1024, 1, 1), jnp.float32)
     weights = [jnp.asarray(rng.standard_normal((1024, 1024, 1, 1), np.float32))
-               for _ in range(max(counts))]
-    calls = []
-    for copies in counts:
-        fn, args = jax.jit(program), [x] + weights[:copies]
-        calls.append((fn, args, measure.sample_size(fn, args, 2e-3)))
-    seconds = measure.least_in_rounds(calls, repeats=5)
-    for fn, _, _ in calls:
-        measure.release(fn)
-    for s in seconds:
-        if isinstance(s, Exception):
-            raise s
-    return [s / copies for s, copies in zip(seconds, counts)]
+               for _ in range(copies)]
+    return jax.jit(program), [x] + weights

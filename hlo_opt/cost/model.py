@@ -219,7 +219,8 @@ class Measured(CostModel):
 
     def fault_per_byte(self) -> float:
         if self._fault is None:
-            self._fault = memory.calibrate(device_header(), self._cache_dir)
+            with self._watch.running():     # first-time timing, as a kernel's (6 s)
+                self._fault = memory.calibrate(device_header(), self._cache_dir)
         return self._fault
 
     def fallback(self) -> Analytic:
