@@ -93,10 +93,13 @@ def time_callable(fn: Callable, args, *, repeats: int = 5, min_sample: float = 2
 
 
 def least_in_rounds(calls: Sequence[tuple[Callable, tuple, int] | Exception],
-                    repeats: int) -> list[float | Exception]:
+                    repeats: int, counter: Callable[[], float] | None = None
+                    ) -> list:
     """Least seconds per call of each `(fn, args, number)` over `repeats` rounds, a
     round being one sample of each in turn (after an untimed call: a program switched
     to runs its first call slow); an exception stays one, or is the one a call raised.
+    With `counter` (a running count, such as the page faults the process has taken),
+    each result is instead (least seconds, the count's rise per call in that sample).
 
     Rounds, not each program's samples back to back: this machine's speed moves in
     spells longer than one program's five samples (10-15 ms), so samples back to back
@@ -106,28 +109,34 @@ def least_in_rounds(calls: Sequence[tuple[Callable, tuple, int] | Exception],
     2-core AMD VM). Taken in rounds across a batch, a program's samples fall in
     different spells, and the least of them is the machine at its speed. A batch of a
     few (a search's new kernels) takes more rounds, until they span `SPAN` seconds."""
-    out: list[float | Exception] = [c if isinstance(c, Exception) else float("inf")
-                                    for c in calls]
+    best: list = [c if isinstance(c, Exception) else (float("inf"), 0.0) for c in calls]
     end = time.perf_counter() + SPAN
     for r in itertools.count():
         if r >= repeats and (time.perf_counter() >= end or r >= MAX_ROUNDS * repeats):
             break
         warm_up()
         for i, c in enumerate(calls):
-            if isinstance(out[i], Exception):
+            if isinstance(best[i], Exception):
                 continue
-            fn, args, number = c
             try:
-                out[i] = min(out[i], _sample(fn, args, number))
+                best[i] = min(best[i], _sample(*c, counter=counter or _no_count))
             except Exception as err:  # noqa: BLE001 - the caller prices it another way
-                out[i] = err
-    return out
+                best[i] = err
+    return [b if isinstance(b, Exception) or counter else b[0] for b in best]
 
 
-def _sample(fn: Callable, args, number: int) -> float:
-    """Seconds per call of `number` calls, after one untimed call."""
+def _sample(fn: Callable, args, number: int, counter: Callable[[], float]
+            ) -> tuple[float, float]:
+    """(seconds per call, `counter`'s rise per call) of `number` calls, after one
+    untimed call."""
     jax.block_until_ready(fn(*args))
-    return per_call(fn, args, number)
+    before = counter()
+    seconds = per_call(fn, args, number)
+    return seconds, (counter() - before) / number
+
+
+def _no_count() -> float:
+    return 0.0
 
 
 _best_reference: float | None = None   # least seconds of `_reference` seen by this process

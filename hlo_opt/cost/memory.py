@@ -226,22 +226,19 @@ def _copy_seconds(counts: tuple[int, ...]) -> list[tuple[float, float]]:
     calls = []
     for copies in counts:
         fn, args = copies_program(copies)
-        calls.append((fn, args, measure.sample_size(fn, args, 2e-3), copies))
-    best = [(float("inf"), 0.0)] * len(calls)
-    for _ in range(ROUNDS):
-        measure.warm_up()
-        for i, (fn, args, number, copies) in enumerate(calls):
-            jax.block_until_ready(fn(*args))      # (a program switched to runs slow once)
-            before = _faults()
-            seconds = measure.per_call(fn, args, number) / copies
-            after = _faults()
-            if seconds < best[i][0]:
-                pages = (after - before) / number / copies if before is not None else \
-                    (COPY_BYTES / PAGE if copies * COPY_BYTES > MMAP_LINE else 0.0)
-                best[i] = (seconds, pages)
+        calls.append((fn, args, measure.sample_size(fn, args, 2e-3)))
+    counted = _faults() is not None
+    least = measure.least_in_rounds(calls, ROUNDS, counter=_faults if counted else None)
     for fn, *_ in calls:
         measure.release(fn)
-    return best
+    out = []
+    for copies, sample in zip(counts, least):
+        if isinstance(sample, Exception):
+            raise sample
+        seconds, pages = sample if counted else (
+            sample, COPY_BYTES / PAGE * copies if copies * COPY_BYTES > MMAP_LINE else 0.0)
+        out.append((seconds / copies, pages / copies))
+    return out
 
 
 def copies_program(copies: int) -> tuple[Callable, list]:
