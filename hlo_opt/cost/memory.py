@@ -158,7 +158,7 @@ def _bitcast_of(value: Value, kernel: Kernel) -> Value:
     Two outputs that view one value are one buffer: NASNet-A's concatenate read by two
     1x1 convs as dots, each through a reshape of its own, was counted twice (7.7 MiB),
     and priced a program whose temp buffer XLA made 24.5 MiB at 38.3, past the line."""
-    inside = set(kernel.nodes)
+    inside = set(kernel.nodes) if value.node.op in BITCASTS else ()   # (most are not)
     while value.node in inside and value.node.op in BITCASTS \
             and value.node.inputs[0].node in inside:
         value = value.node.inputs[0]
