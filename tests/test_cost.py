@@ -597,6 +597,27 @@ def test_first_time_timing_stops_once_the_search_is_past_its_limit(tmp_path):
         assert model.cost(g).whole and model.programs == 1
 
 
+def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch):
+    """The limit passes once the batch has compiled: no timing round runs after it, and
+    every program compiled is released (a search past its limit, left to time the batch
+    through, ends that much late)."""
+    from hlo_opt.cost import measure
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+    graphs = [graph_of(f, x, w) for f in (lambda x, w: jnp.tanh(x @ w),
+                                          lambda x, w: jnp.exp(x) @ w)]
+    compiles, samples, released = [], [], []
+    compiled, sample, release = measure.compiled, measure._sample, measure.release
+    monkeypatch.setattr(measure, "compiled",
+                        lambda *a, **k: compiles.append(1) or compiled(*a, **k))
+    monkeypatch.setattr(measure, "_sample", lambda *a, **k: samples.append(1) or sample(*a, **k))
+    monkeypatch.setattr(measure, "release", lambda fn: released.append(fn) or release(fn))
+    with deadline.stop_when(lambda: len(compiles) == len(graphs)), \
+            pytest.raises(deadline.OutOfTime):
+        measure.time_graphs(graphs, repeats=2, min_sample=1e-4)
+    assert len(compiles) == len(graphs) and not samples
+    assert len(released) == len(graphs)
+
+
 def test_kernels_of_a_program_timed_whole_are_not_timed_alone(tmp_path):
     """Once graphs of a signature are known to be timed whole, a candidate's new
     kernels are only a breakdown: read from the cache or the roofline, never compiled

@@ -108,7 +108,11 @@ def least_in_rounds(calls: Sequence[tuple[Callable, tuple, int] | Exception],
     kernel compiled once and timed twelve times read 94-152 us (`/tmp/s29/noise*.py`,
     2-core AMD VM). Taken in rounds across a batch, a program's samples fall in
     different spells, and the least of them is the machine at its speed. A batch of a
-    few (a search's new kernels) takes more rounds, until they span `SPAN` seconds."""
+    few (a search's new kernels) takes more rounds, until they span `SPAN` seconds.
+
+    Each sample starts with `deadline.check`: a batch compiled before a search's limit
+    still had its rounds to run, 0.4 s each for 28 of NASNet-A's kernels, and cold
+    NASNet-A searches with a 5 s limit ended 5-18% late (`/tmp/s62/dl.py`, AMD host)."""
     best: list = [c if isinstance(c, Exception) else (float("inf"), 0.0) for c in calls]
     end = time.perf_counter() + SPAN
     for r in itertools.count():
@@ -118,6 +122,7 @@ def least_in_rounds(calls: Sequence[tuple[Callable, tuple, int] | Exception],
         for i, c in enumerate(calls):
             if isinstance(best[i], Exception):
                 continue
+            deadline.check()
             try:
                 best[i] = min(best[i], _sample(*c, counter=counter or _no_count))
             except Exception as err:  # noqa: BLE001 - the caller prices it another way
@@ -277,32 +282,29 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
     """Compile and run each once, then time them all (`least_in_rounds`), each with its
     `cold` inputs in turn from copies (`rotating`)."""
     ready: list = []
-    for graph in graphs:
-        try:
+    try:
+        for graph in graphs:
             deadline.check()        # past a search's limit: stop before the next compile
-        except deadline.OutOfTime:
-            _release_all(ready)
-            raise
-        try:
-            fn, args = compiled(graph, seed, options)
-            jax.block_until_ready(fn(*args))
-            ready.append((fn, args))
-        except Exception as err:  # noqa: BLE001 - the caller prices it another way
-            ready.append(err)
-    warm_up()         # wake the workers the compiles let sleep
-    calls: list = []
-    for r, inputs in zip(ready, cold):
-        try:
-            if isinstance(r, Exception):
-                calls.append(r)
-            else:
-                fn, args = rotating(*r, inputs)
-                calls.append((fn, args, sample_size(fn, args, min_sample)))
-        except Exception as err:  # noqa: BLE001
-            calls.append(err)
-    out = least_in_rounds(calls, repeats)
-    _release_all(ready)
-    return out
+            try:
+                fn, args = compiled(graph, seed, options)
+                jax.block_until_ready(fn(*args))
+                ready.append((fn, args))
+            except Exception as err:  # noqa: BLE001 - the caller prices it another way
+                ready.append(err)
+        warm_up()         # wake the workers the compiles let sleep
+        calls: list = []
+        for r, inputs in zip(ready, cold):
+            try:
+                if isinstance(r, Exception):
+                    calls.append(r)
+                else:
+                    fn, args = rotating(*r, inputs)
+                    calls.append((fn, args, sample_size(fn, args, min_sample)))
+            except Exception as err:  # noqa: BLE001
+                calls.append(err)
+        return least_in_rounds(calls, repeats)
+    finally:
+        _release_all(ready)
 
 
 def _release_all(ready: list) -> None:
