@@ -175,8 +175,12 @@ def fidelity(name: str, cache_dir: str) -> dict:
     agreement = split_half(ratios)
     pairs, decided, right = decided_pairs(predicted, ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
-            "variants": [{"name": n, "predicted_s": p, "repriced_s": q, "measured_s": m}
-                         for (n, _), p, q, m in zip(found, predicted, repriced, measured)],
+            # each round's speed-up over the original too: a run that reads off can be
+            # told from a slow spell (rounds apart) or a steady bias (every round)
+            "variants": [{"name": n, "predicted_s": p, "repriced_s": q, "measured_s": m,
+                          "speedup_by_round": r}
+                         for (n, _), p, q, m, r in zip(found, predicted, repriced, measured,
+                                                       ratios)],
             "spearman": spearman(predicted, measured), "split_half": agreement,
             "priced_vs_itself": spearman(predicted, repriced),
             "ceiling": ceiling(agreement),
