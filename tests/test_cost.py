@@ -598,7 +598,7 @@ def test_first_time_timing_stops_once_the_search_is_past_its_limit(tmp_path):
 
 
 def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch):
-    """The limit passes once the batch has compiled: no timing round runs after it, and
+    """The limit passes once the batch has compiled: no sample is timed after it, and
     every program compiled is released (a search past its limit, left to time the batch
     through, ends that much late)."""
     from hlo_opt.cost import measure

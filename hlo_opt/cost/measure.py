@@ -112,7 +112,8 @@ def least_in_rounds(calls: Sequence[tuple[Callable, tuple, int] | Exception],
 
     Each sample starts with `deadline.check`: a batch compiled before a search's limit
     still had its rounds to run, 0.4 s each for 28 of NASNet-A's kernels, and cold
-    NASNet-A searches with a 5 s limit ended 5-18% late (`/tmp/s62/dl.py`, AMD host)."""
+    NASNet-A searches with a 5 s limit ended 3-18% late in 8 runs, 1-2% in 3 after it
+    (`/tmp/s62/dl.py`, AMD host)."""
     best: list = [c if isinstance(c, Exception) else (float("inf"), 0.0) for c in calls]
     end = time.perf_counter() + SPAN
     for r in itertools.count():
