@@ -154,7 +154,8 @@ def _peak(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) 
 
 
 def _bitcast_of(value: Value, kernel: Kernel) -> Value:
-    """The value inside the kernel that `value` views through reshapes (itself if none).
+    """The value inside the kernel that `value` views through bitcasts (`BITCASTS`:
+    reshapes, squeezes; itself if none).
     Two outputs that view one value are one buffer: NASNet-A's concatenate read by two
     1x1 convs as dots, each through a reshape of its own, was counted twice (7.7 MiB),
     and priced a program whose temp buffer XLA made 24.5 MiB at 38.3, past the line."""
