@@ -618,6 +618,21 @@ def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch)
     assert len(released) == len(graphs)
 
 
+def test_a_pairing_takes_no_round_after_the_limit(monkeypatch):
+    """A short candidate timed whole against its reference: once the search's limit
+    passes between rounds, no further round is timed (the pairing ran all its rounds
+    after the limit before)."""
+    from hlo_opt.cost import measure
+    x = jnp.ones((64, 64))
+    ours, theirs = jax.jit(lambda x: jnp.tanh(x)), jax.jit(lambda x: jnp.exp(x))
+    settled = []            # a short program settles before each of its samples
+    settle = measure.settle
+    monkeypatch.setattr(measure, "settle", lambda *a: settled.append(1) or settle(*a))
+    with deadline.stop_when(lambda: len(settled) >= 2), pytest.raises(deadline.OutOfTime):
+        measure.paired(ours, (x,), theirs, (x,), rounds=7, min_sample=1e-4)
+    assert len(settled) == 2            # the first round's two samples, then the limit
+
+
 def test_kernels_of_a_program_timed_whole_are_not_timed_alone(tmp_path):
     """Once graphs of a signature are known to be timed whole, a candidate's new
     kernels are only a breakdown: read from the cache or the roofline, never compiled

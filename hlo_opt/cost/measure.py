@@ -367,7 +367,11 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     in two, 4.11 ms at the first and 2.76 at the 21st (2.55 steady). Paired without
     settling, that split read 1.30-1.35x the original; settled 0.03 s, 1.53-1.65x, and
     0.01 s (7 rounds, as cheap as 15 unsettled), 1.69-1.75x; run alone for 60 calls
-    after 10, 1.65-1.66x (`/tmp/s19/paired_settle.py`, `bias.py`, 2-core VM)."""
+    after 10, 1.65-1.66x (`/tmp/s19/paired_settle.py`, `bias.py`, 2-core VM).
+
+    Each round starts with `deadline.check`, as each sample of `least_in_rounds` does:
+    a short candidate's pairing (about 0.2 s) begun just before a search's limit
+    otherwise ran all its rounds after it."""
     warm_up()
     pairs = ((fn, args), (ref, ref_args))
     if not warm:
@@ -388,6 +392,7 @@ def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
             settle(f, a, rest)
         return per_call(f, a, number)
     for r in range(len(ratios), rounds):
+        deadline.check()        # a search's limit can pass mid-pairing: no round after it
         if r % 2:
             theirs = sample(ref, ref_args)
             ours = sample(fn, args)
