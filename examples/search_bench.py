@@ -87,7 +87,7 @@ def one_search(graph, price, algorithm, split, model, *, limit=None, budget=None
     r = search(graph, rules.ALL, price, algorithm=algorithm, time_limit=limit, budget=budget,
                fixed=price.fixed, timed_whole=whole,
                split_threshold=FLAGS.split_threshold if split else None,
-               clock=pipeline.search_clock(model, limit or 0.0, extra))
+               clock=pipeline.SearchClock(model, limit or 0.0, extra))
     return r, time.perf_counter() - start
 
 

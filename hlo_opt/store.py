@@ -79,6 +79,15 @@ class GraphStore:
             optimized, name), **{**fields, "search_seconds": 0.0, "stop_reason": "cached"})
         return ran, report
 
+    def searched_short(self, key: str) -> int:
+        """How many searches for `key` were cut short and not stored (`note_short`)."""
+        count = self.cache.get(f"short:{key}")
+        return count if isinstance(count, int) else 0
+
+    def note_short(self, key: str) -> None:
+        self.cache.put(f"short:{key}", self.searched_short(key) + 1)
+        self.cache.flush()
+
     def put(self, key: str, original: Graph, ran: Graph, report: Report) -> None:
         try:
             entry = {"runs": graph_json.encode(ran, original),

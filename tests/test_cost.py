@@ -374,7 +374,7 @@ def test_the_search_clock_stands_still_while_a_batch_is_timed(tmp_path, monkeypa
     now = [100.0]
     monkeypatch.setattr(time, "perf_counter", lambda: now[0])     # a hand-moved clock
     model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
-    clock, read = pipeline.search_clock(model, 10.0), []
+    clock, read = pipeline.SearchClock(model, 10.0), []
 
     def time_graphs(graphs, **_):
         for _ in graphs:

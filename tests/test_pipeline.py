@@ -1,5 +1,6 @@
 """End to end: hlo_opt.jit searches with the real rules, verifies, keeps the faster
 program, precomputes frozen weights once per value and reuses its disk cache."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -254,6 +255,34 @@ def test_a_second_process_reuses_the_optimised_graph(tmp_path):
     assert runs[0]["out"] == pytest.approx(runs[1]["out"], rel=1e-6)
 
 
+@pytest.mark.parametrize("cold_seconds", [0.0, 1000.0])
+def test_a_search_cut_short_by_first_time_timing_is_not_stored(tmp_path, monkeypatch,
+                                                                cold_seconds):
+    """A search that stopped at its limit after more first-time kernel timing than its
+    clock leaves out had less than its limit to search: the next process searches
+    again (on the timings now cached) instead of reading that result back, up to
+    SHORT_SEARCHES searches. One that stopped at its limit having searched all of it is
+    stored as before."""
+    real = pipeline.search
+
+    def stopped_at_limit(*args, **kwargs):
+        result = real(*args, **kwargs)
+        model = args[2].model                    # the search's `Price`'s cost model
+        model.measuring = model.measuring + cold_seconds   # as if timed during the search
+        return dataclasses.replace(result, stop_reason="time_limit")
+    monkeypatch.setattr(pipeline, "search", stopped_at_limit)
+
+    def stop():
+        f = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
+                        cost="measured", time_limit=60.0)
+        return f.explain(W, X).stop_reason
+    stops = [stop() for _ in range(pipeline.SHORT_SEARCHES + 1)]
+    if cold_seconds:
+        assert stops == ["time_limit"] * pipeline.SHORT_SEARCHES + ["cached"]
+    else:
+        assert stops == ["time_limit"] + ["cached"] * pipeline.SHORT_SEARCHES
+
+
 def test_graphs_found_by_other_hlo_opt_code_are_not_read_back(tmp_path, monkeypatch):
     def stop():
         f = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
@@ -290,7 +319,7 @@ def test_the_search_clock_leaves_out_only_this_searchs_first_timings(monkeypatch
     now = [1000.0]
     monkeypatch.setattr(pipeline.time, "perf_counter", lambda: now[0])
     model = Shared()
-    clock = pipeline.search_clock(model, 10.0)
+    clock = pipeline.SearchClock(model, 10.0)
     start = clock()
     now[0] += 8.0
     model.measuring += 5.0         # five of those eight seconds were first-time timing
