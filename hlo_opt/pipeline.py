@@ -211,9 +211,12 @@ def cut_short(result, clock: SearchClock) -> bool:
     return result.stop_reason == STOPPED_AT_LIMIT and clock.overspent()
 
 
-SHORT_SEARCHES = 3      # searches cut short (`cut_short`) before one's result is stored
+SHORT_SEARCHES = 2      # searches cut short (`cut_short`) before one's result is stored
                         # anyway: each process times new kernels as its search goes
-                        # further, and a host slow enough could leave every one short
+                        # further, and a host slow enough could leave every one short.
+                        # The zoo from one empty cache, three processes (AMD host, every
+                        # search cut short): NASNet-A 1.18x, 2.77x, 2.98x; the other
+                        # seven moved within their noise (ResNet-50 2.25x, 2.33x, 2.13x)
 
 
 def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:
