@@ -200,12 +200,12 @@ class SearchClock:
         return self.cold() > self.allowance
 
 
-
 def cut_short(result, clock: SearchClock) -> bool:
     """Whether `result` is a search stopped at its time limit with less than the limit
     to search, first-time kernel timing having taken the rest: not the answer of a
-    search with this limit, and not remembered on disk, so the next process searches
-    again on the timings this one cached. Stored, NASNet-A's first cold search (1.2x:
+    search with this limit. The first such result is not remembered on disk
+    (`SHORT_SEARCHES`), so the next process searches again on the timings this one
+    cached. Stored, NASNet-A's first cold search (1.2x:
     its layout move, no depthwise taps) was every later process's answer; searched
     again on its timings, it ran 2.95x (`bench_all.py --models=nasnet_a`, AMD host)."""
     return result.stop_reason == STOPPED_AT_LIMIT and clock.overspent()
