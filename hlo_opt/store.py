@@ -7,7 +7,9 @@ corrupt). The code is a digest of hlo_opt's own sources, not only its version nu
 graph found by other rules or another search is not this code's answer, and an edit
 between releases must not read back the graphs older code found.
 An entry holds the outcome (the graph that runs, written by `graph_json`, and what the
-report said); an entry that does not read back exactly is ignored.
+report said); an entry that does not read back exactly is ignored. Beside it, under
+`short:<key>`, how many searches for the key were cut short by first-time kernel timing
+and not stored (`pipeline.cut_short`).
 """
 from __future__ import annotations
 
