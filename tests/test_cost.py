@@ -618,6 +618,47 @@ def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch)
     assert len(released) == len(graphs)
 
 
+def test_a_batch_keeps_its_order_and_its_failures_when_compiled_side_by_side(monkeypatch):
+    """The kernels of a batch compile `COMPILERS` at once (`_compile_all`): each timing
+    still comes back in its graph's place, and one that fails to compile is its own
+    exception there, the others timed."""
+    from hlo_opt.cost import measure
+    monkeypatch.setattr(measure, "COMPILERS", 2)
+    x = jnp.ones((64, 256))
+    sizes = (256, 32, 512, 64, 128)
+    graphs = [graph_of(lambda x, n=n: jnp.tanh(x @ jnp.ones((256, n))), x) for n in sizes]
+    compiled = measure.compiled
+
+    def failing(graph, seed=0, options=None):
+        if graph is graphs[2]:
+            raise RuntimeError("no kernel here")
+        return compiled(graph, seed, options)
+    monkeypatch.setattr(measure, "compiled", failing)
+    timed = measure.time_graphs(graphs, repeats=2, min_sample=1e-4)
+    assert isinstance(timed[2], RuntimeError)
+    rest = [t for i, t in enumerate(timed) if i != 2]
+    assert all(isinstance(t, float) and t > 0 for t in rest)
+    assert timed[0] > timed[1]          # 64x256 @ 256x256 above 64x256 @ 256x32
+
+
+def test_a_limit_passed_mid_batch_begins_no_further_compile(monkeypatch):
+    """The search's limit passes while a batch compiles, side by side: the compiles not
+    begun are not begun, `OutOfTime` is raised, and every program compiled is released."""
+    from hlo_opt.cost import measure
+    monkeypatch.setattr(measure, "COMPILERS", 2)
+    x = jnp.ones((64, 256))
+    graphs = [graph_of(lambda x, k=k: jnp.tanh(x * (k + 1.0)) @ jnp.ones((256, 64)), x)
+              for k in range(8)]
+    compiles, released = [], []
+    compiled, release = measure.compiled, measure.release
+    monkeypatch.setattr(measure, "compiled",
+                        lambda *a, **k: compiles.append(1) or compiled(*a, **k))
+    monkeypatch.setattr(measure, "release", lambda fn: released.append(fn) or release(fn))
+    with deadline.stop_when(lambda: len(compiles) >= 1), pytest.raises(deadline.OutOfTime):
+        measure.time_graphs(graphs, repeats=2, min_sample=1e-4)
+    assert 1 <= len(compiles) <= 2 and len(released) == len(compiles)
+
+
 def test_a_pairing_takes_no_round_after_the_limit(monkeypatch):
     """A short candidate timed whole against its reference: once the search's limit
     passes between rounds, no further round is timed (the pairing ran all its rounds

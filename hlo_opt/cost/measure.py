@@ -10,8 +10,11 @@ jax's dispatch, measured once per process — is subtracted, with a floor of `EP
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
 import functools
 import itertools
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -36,6 +39,8 @@ WAKE_WITHIN = 1.25 # to its best speed (hot, the median call reads 1.14x the lea
 WAKE_CALLS = 10    # as the median of this many calls
 SPAN = 0.05        # `least_in_rounds`: seconds a batch's samples span at least, in
 MAX_ROUNDS = 4     # ... at most this many times its rounds
+COMPILERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else os.cpu_count() or 1)     # kernels compiled at once (`_compile_all`)
 SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
@@ -284,14 +289,7 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
     `cold` inputs in turn from copies (`rotating`)."""
     ready: list = []
     try:
-        for graph in graphs:
-            deadline.check()        # past a search's limit: stop before the next compile
-            try:
-                fn, args = compiled(graph, seed, options)
-                jax.block_until_ready(fn(*args))
-                ready.append((fn, args))
-            except Exception as err:  # noqa: BLE001 - the caller prices it another way
-                ready.append(err)
+        _compile_all(graphs, seed, options, ready)
         warm_up()         # wake the workers the compiles let sleep
         calls: list = []
         for r, inputs in zip(ready, cold):
@@ -306,6 +304,41 @@ def _time_batch(graphs: Sequence[Graph], cold: Sequence[Sequence[int]], repeats:
         return least_in_rounds(calls, repeats)
     finally:
         _release_all(ready)
+
+
+def _compile_all(graphs: Sequence[Graph], seed: int, options, ready: list) -> None:
+    """Appends to `ready` each graph compiled (`compiled`) and run once, or the
+    exception that stopped it, in order; `COMPILERS` compile at once. XLA's compile of
+    a kernel runs on one core and lets go of the GIL: one after another, NASNet-A's
+    cold first call spent 11.9 s in 154 kernel compiles and left the other core idle.
+    Each compile begins with `deadline.check`, in the caller's context: past a search's
+    limit, the compiles not begun are not begun, and `OutOfTime` is raised once the ones
+    under way have ended (and are in `ready`, to be released)."""
+    def build(graph: Graph) -> tuple[Callable, list]:
+        deadline.check()        # past a search's limit: stop before the next compile
+        fn, args = compiled(graph, seed, options)
+        fn.lower(*args).compile()       # into the jitted function's own cache
+        return fn, args
+
+    with concurrent.futures.ThreadPoolExecutor(COMPILERS) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, build, g) for g in graphs]
+        try:
+            for future in futures:
+                try:
+                    fn, args = future.result()
+                    jax.block_until_ready(fn(*args))
+                    ready.append((fn, args))
+                except deadline.OutOfTime:
+                    raise
+                except Exception as err:  # noqa: BLE001 - the caller prices it another way
+                    ready.append(err)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            concurrent.futures.wait(futures)
+            ready.extend(f.result() for f in futures[len(ready):]
+                         if not f.cancelled() and f.exception() is None)
+            raise
 
 
 def _release_all(ready: list) -> None:
