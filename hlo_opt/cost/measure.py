@@ -312,8 +312,8 @@ def _compile_all(graphs: Sequence[Graph], seed: int, options, ready: list) -> No
     a kernel runs on one core and lets go of the GIL: one after another, NASNet-A's
     cold first call spent 11.9 s in 154 kernel compiles and left the other core idle.
     Each compile begins with `deadline.check`, in the caller's context: past a search's
-    limit, the compiles not begun are not begun, and `OutOfTime` is raised once the ones
-    under way have ended (and are in `ready`, to be released)."""
+    limit, the compiles not begun are not begun, none is run, and `OutOfTime` is raised
+    once the ones under way have ended (and are in `ready`, to be released)."""
     def build(graph: Graph) -> tuple[Callable, list]:
         deadline.check()        # past a search's limit: stop before the next compile
         fn, args = compiled(graph, seed, options)
@@ -324,6 +324,7 @@ def _compile_all(graphs: Sequence[Graph], seed: int, options, ready: list) -> No
         futures = [pool.submit(contextvars.copy_context().run, build, g) for g in graphs]
         try:
             for future in futures:
+                deadline.check()    # past it, the compiles done are not run either
                 try:
                     fn, args = future.result()
                     jax.block_until_ready(fn(*args))
