@@ -37,7 +37,8 @@ from absl import logging as absl_logging
 import hlo_opt
 import models
 from hlo_opt.check import agreement, differs, tolerance
-from hlo_opt.cost.measure import per_call, settle as settle_calls
+from hlo_opt.cost.measure import per_call
+from hlo_opt.cost.pairing import settle as settle_calls
 from hlo_opt.cost.model import cpu_model
 
 flags.DEFINE_integer("batch", 1, "Batch size.")
@@ -102,7 +103,7 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
 
     `settle`: each sample starts after untimed calls lasting this many seconds (at
     least one call), so that it times a program run again and again, as a user runs
-    it: a short program switched to runs slow for tens of calls (`measure.paired`).
+    it: a short program switched to runs slow for tens of calls (`pairing.paired`).
     Among 24 SRU variants, the dots split in two read 1.22x the original timed after
     one untimed call (12 calls a sample), and 1.66x run alone for 60 calls after ten
     (medians of 9 rounds, `/tmp/s19/sru_blocks.py`). Among many contenders, a

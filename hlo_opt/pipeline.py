@@ -35,7 +35,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from hlo_opt import check, compile_options, cost, emit, store
-from hlo_opt.cost import measure
+from hlo_opt.cost import measure, pairing
 from hlo_opt.frozen import Runner
 from hlo_opt.ir import Graph
 from hlo_opt.report import Report
@@ -129,7 +129,7 @@ def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence,
                    rules: Sequence = library.ALL) -> dict:
     """The XLA compile options (`compile_options.choices()`, or none) under which the
     per-call program of `probe(original, rules)` runs fastest on `leaves`: each timed
-    back to back with the program under XLA's defaults (`measure.paired`) and taken
+    back to back with the program under XLA's defaults (`pairing.paired`) and taken
     where it runs `FASTER`. A choice that does not compile or run is passed over."""
     choices = compile_options.choices()
     if not choices:
@@ -146,7 +146,7 @@ def choose_options(original: Graph, frozen: Sequence[int], leaves: Sequence,
         try:
             jax.block_until_ready(fn(*args))
             jax.block_until_ready(base(*args))
-            ratio = measure.paired(fn, args, base, args, decide=best_ratio, warm=True)[0]
+            ratio = pairing.paired(fn, args, base, args, decide=best_ratio, warm=True)[0]
         except Exception as err:  # noqa: BLE001 - XLA's defaults still stand
             logger.info("hlo_opt: not compiling with %s (%s)", compile_options.label(choice), err)
             continue
@@ -271,7 +271,7 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
     if options.measure_final and (changed or frozen):
         leaves = _inputs(types, frozen, example, seed=0, keep=True)
         fn, args = runner.runtime_args(leaves)
-        ratio, before = measure.paired(fn, args, reference, leaves, decide=FASTER,
+        ratio, before = pairing.paired(fn, args, reference, leaves, decide=FASTER,
                                        warm=verified)
         runner.forget()
         report = dataclasses.replace(report, measured_before=before, measured_after=before * ratio)

@@ -12,7 +12,7 @@ import pytest
 from jax import lax
 
 from hlo_opt import capture, cost, deadline, emit
-from hlo_opt.cost import analytic, partition as part
+from hlo_opt.cost import analytic, pairing, partition as part
 from hlo_opt.cost import anchors as cost_anchors
 from hlo_opt.cost import model as cost_model
 from hlo_opt.cost.cache import Cache
@@ -414,16 +414,15 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
 
 def test_a_program_timed_against_its_reference_is_compiled_before_the_timing(tmp_path,
                                                                              monkeypatch):
-    """`measure.ratio` sizes its samples (and settles them or not) off its first calls:
+    """`pairing.ratio` sizes its samples (and settles them or not) off its first calls:
     a compile among them reads as one very long call."""
-    from hlo_opt.cost import measure
     x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
-    compiled, real = [], measure.ratio
+    compiled, real = [], pairing.ratio
 
     def ratio(fn, args, ref, ref_args, **kwargs):
         compiled.append((fn._cache_size(), ref._cache_size()))
         return real(fn, args, ref, ref_args, **kwargs)
-    monkeypatch.setattr(measure, "ratio", ratio)
+    monkeypatch.setattr(pairing, "ratio", ratio)
     model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4)
     model.cost(graph_of(lambda x, w: x @ w, x, w))
     assert model.cost(graph_of(lambda x, w: jnp.tanh(x @ w) @ w, x, w)).whole
@@ -663,14 +662,13 @@ def test_a_pairing_takes_no_round_after_the_limit(monkeypatch):
     """A short candidate timed whole against its reference: once the search's limit
     passes between rounds, no further round is timed (the pairing ran all its rounds
     after the limit before)."""
-    from hlo_opt.cost import measure
     x = jnp.ones((64, 64))
     ours, theirs = jax.jit(lambda x: jnp.tanh(x)), jax.jit(lambda x: jnp.exp(x))
     settled = []            # a short program settles before each of its samples
-    settle = measure.settle
-    monkeypatch.setattr(measure, "settle", lambda *a: settled.append(1) or settle(*a))
+    settle = pairing.settle
+    monkeypatch.setattr(pairing, "settle", lambda *a: settled.append(1) or settle(*a))
     with deadline.stop_when(lambda: len(settled) >= 2), pytest.raises(deadline.OutOfTime):
-        measure.paired(ours, (x,), theirs, (x,), rounds=7, min_sample=1e-4)
+        pairing.paired(ours, (x,), theirs, (x,), rounds=7, min_sample=1e-4)
     assert len(settled) == 2            # the first round's two samples, then the limit
 
 
@@ -726,7 +724,7 @@ def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch
         return ours
     monkeypatch.setattr(measure, "per_call", per_call)
     monkeypatch.setattr(measure, "warm_up", lambda: None)
-    ratio, ref = measure.paired("ours", (), "ref", (), rounds=7, decide=0.99, warm=warm)
+    ratio, ref = pairing.paired("ours", (), "ref", (), rounds=7, decide=0.99, warm=warm)
     # (the compiling call unless warm,) the warm-up call, then one per round
     assert calls.count("ref") == (not warm) + 1 + rounds
     assert ref == 1.0 and ratio == pytest.approx(median)
@@ -735,7 +733,6 @@ def test_paired_timing_stops_early_only_when_every_round_is_decisive(monkeypatch
 def test_paired_timing_of_programs_not_yet_compiled_samples_many_calls():
     """A first call compiles; read as a call it made every sample one call of a 0.1 ms
     program, where `min_sample` asks for 10 ms of them."""
-    from hlo_opt.cost import measure
     calls = {"ours": 0, "ref": 0}
 
     def counted(name, fn):
@@ -748,7 +745,7 @@ def test_paired_timing_of_programs_not_yet_compiled_samples_many_calls():
     x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
     ours = counted("ours", lambda x, w: jnp.tanh(x @ w))
     ref = counted("ref", lambda x, w: jax.nn.relu(x @ w))
-    ratio, seconds = measure.paired(ours, (x, w), ref, (x, w), rounds=3, min_sample=10e-3)
+    ratio, seconds = pairing.paired(ours, (x, w), ref, (x, w), rounds=3, min_sample=10e-3)
     per_sample = 10e-3 / seconds
     assert per_sample > 5                      # (a test on a machine where the call is 2 ms
     assert min(calls.values()) >= 3 * per_sample / 2     # or more would show nothing)
@@ -764,16 +761,15 @@ def test_paired_timing_settles_a_short_program_before_each_sample(monkeypatch, s
     runs = []
     monkeypatch.setattr(measure, "per_call", lambda fn, args, number: seconds)
     monkeypatch.setattr(measure, "warm_up", lambda: None)
-    monkeypatch.setattr(measure, "settle", lambda fn, args, s: runs.append((fn, s)))
-    measure.paired("ours", (), "ref", (), rounds=7)
-    assert len(runs) == settled and all(s == measure.SETTLE for _, s in runs)
+    monkeypatch.setattr(pairing, "settle", lambda fn, args, s: runs.append((fn, s)))
+    pairing.paired("ours", (), "ref", (), rounds=7)
+    assert len(runs) == settled and all(s == pairing.SETTLE for _, s in runs)
     assert [fn for fn, _ in runs].count("ours") == settled // 2
 
 
 @pytest.mark.parametrize("seconds, calls", [(0.0, 1), (1 / 32, 8), (0.033, 9)])
 def test_settle_calls_for_the_time_given_and_at_least_once(monkeypatch, seconds, calls):
     """The clock is a script: each call takes 1/256 s (exact in binary)."""
-    from hlo_opt.cost import measure
     now, made = [0.0], []
 
     class Clock:
@@ -784,8 +780,8 @@ def test_settle_calls_for_the_time_given_and_at_least_once(monkeypatch, seconds,
     def call():
         now[0] += 1 / 256
         made.append(now[0])
-    monkeypatch.setattr(measure, "time", Clock)
-    measure.settle(call, (), seconds)
+    monkeypatch.setattr(pairing, "time", Clock)
+    pairing.settle(call, (), seconds)
     assert len(made) == calls
 
 
@@ -841,7 +837,7 @@ def test_every_program_compiled_for_a_timing_is_released_but_the_reference(monke
         return fn, args
     monkeypatch.setattr(measure, "compiled", recording)
     monkeypatch.setattr(measure, "release", lambda fn: released.append(fn) or release(fn))
-    monkeypatch.setattr(measure, "ratio", lambda *a, **k: 1.0)     # no need to time it
+    monkeypatch.setattr(pairing, "ratio", lambda *a, **k: 1.0)     # no need to time it
     a = graph_of(lambda x, w: jnp.tanh(x @ w), X, W)
     b = graph_of(lambda x, w: jnp.tanh(x @ (w * 1.0)), X, W)
     measure.time_graphs([a, b], repeats=1, min_sample=1e-4)

@@ -337,7 +337,7 @@ def test_a_tie_move_alone_is_left_to_measure_final(tmp_path, monkeypatch, measur
     """Frozen weights read N x K price as a tie under the roofline: without measure_final
     the predicted gain is under MIN_GAIN and the original is kept; with it, the two
     programs are timed (here a timing that says the moved one is 1.5x faster)."""
-    monkeypatch.setattr(pipeline.measure, "paired", lambda *a, **k: (1 / 1.5, 1e-3))
+    monkeypatch.setattr(pipeline.pairing, "paired", lambda *a, **k: (1 / 1.5, 1e-3))
     ours = hlo_opt.jit(_mlp, frozen_argnums=(0,), cache_dir=tmp_path, rules=_rules(
         "dot-weight-to-nk"), measure_final=measure_final, **FAST)
     report = ours.explain(W, X)

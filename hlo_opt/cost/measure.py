@@ -41,9 +41,6 @@ SPAN = 0.05        # `least_in_rounds`: seconds a batch's samples span at least,
 MAX_ROUNDS = 4     # ... at most this many times its rounds
 COMPILERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                 else os.cpu_count() or 1)     # kernels compiled at once (`_compile_all`)
-SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
-DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
-DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
 
 
 def random_args(types: Sequence[TensorType], seed: int = 0) -> list[jax.Array]:
@@ -71,14 +68,6 @@ def per_call(fn: Callable, args, number: int) -> float:
     for _ in range(number):
         jax.block_until_ready(fn(*args))
     return (time.perf_counter() - start) / number
-
-
-def settle(fn: Callable, args, seconds: float) -> None:
-    """Untimed calls of `fn(*args)` for `seconds`, at least one."""
-    end = time.perf_counter() + seconds
-    jax.block_until_ready(fn(*args))
-    while time.perf_counter() < end:
-        jax.block_until_ready(fn(*args))
 
 
 def sample_size(fn: Callable, args, min_sample: float) -> int:
@@ -360,86 +349,6 @@ def rotating(fn: Callable, args: list, cold: Sequence[int]) -> tuple[Callable, t
                      for _ in range(copies - 1)]
     turn = itertools.cycle(sets)
     return (lambda: fn(*next(turn))), ()
-
-
-def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
-          min_sample: float = 10e-3, warm: bool = False) -> float:
-    """Median over `rounds` of (seconds per call of `fn`) / (seconds per call of `ref`),
-    the two timed back to back in alternating order. On a shared machine the speed of
-    the same program drifts by tens of percent within a minute (a three-dot program read
-    2.8 ms, then 4.5 ms, in one process on the 2-core VM); a pair timed together drifts
-    together, and the ratio stays."""
-    return paired(fn, args, ref, ref_args, rounds=rounds, min_sample=min_sample,
-                  warm=warm)[0]
-
-
-def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
-           min_sample: float = 10e-3, decide: float | None = None,
-           warm: bool = False) -> tuple[float, float]:
-    """(`ratio`, the median seconds per call of `ref` over the same rounds): one timing
-    serves both, where a second would cost NASNet-A's 0.8 s program seconds more.
-
-    With `decide` (a ratio the caller compares against), the rounds stop after
-    `DECIDED_AFTER` when every ratio so far lies beyond it by `DECIDED_MARGIN` on the
-    same side: NASNet-A's optimised program read 0.35x in every round, and the other
-    four rounds were 6 s of a 72 s first call. A round off by 10% in the same direction
-    three times running is rare (NasRNN's short program, the noisiest, read a standard
-    deviation of 0.09 against itself); a closer case runs every round.
-
-    `warm`: both have run on arguments like these already (verify ran them), so the
-    first calls, timed to choose the sample size, are a round of their own when they
-    are a sample long: 1.5 s of NASNet-A's first call. Otherwise each runs once untimed
-    first: a first call compiles, and a compile read as a call made every sample one
-    unsettled call (two fresh 0.13 ms programs were timed one call a sample, where 10 ms
-    of calls were asked). measure_final timed so where verify had not run the two: a
-    frozen-weight program the search left as it was, or `verify=False`.
-
-    A program shorter than `SETTLE` runs `SETTLE` seconds untimed before each sample:
-    switched to from the other, a short program runs slow for its first calls, and
-    more so the faster one. SRU (4.3 ms a call steady) read 5.96, 5.09, 4.87 ms in
-    its first three calls after another variant's, 4.41 at the 21st; its dots split
-    in two, 4.11 ms at the first and 2.76 at the 21st (2.55 steady). Paired without
-    settling, that split read 1.30-1.35x the original; settled 0.03 s, 1.53-1.65x, and
-    0.01 s (7 rounds, as cheap as 15 unsettled), 1.69-1.75x; run alone for 60 calls
-    after 10, 1.65-1.66x (`/tmp/s19/paired_settle.py`, `bias.py`, 2-core VM).
-
-    Each round starts with `deadline.check`, as each sample of `least_in_rounds` does:
-    a short candidate's pairing (about 0.2 s) begun just before a search's limit
-    otherwise ran all its rounds after it."""
-    warm_up()
-    pairs = ((fn, args), (ref, ref_args))
-    if not warm:
-        for f, a in pairs:
-            per_call(f, a, 1)                               # compiles: not read
-    first = [per_call(f, a, 1) for f, a in pairs]          # the warm-up calls, timed
-    once = max(first)
-    ratios, refs = [], []
-    if once < min_sample:     # short: time a call properly to choose how many make a sample
-        once = max(min(per_call(f, a, 1) for _ in range(2)) for f, a in pairs)
-    elif warm:
-        ratios, refs = [first[0] / first[1]], [first[1]]
-    number = max(1, int(min_sample / max(once, 1e-9)))
-    rest = SETTLE if once < SETTLE else 0.0
-
-    def sample(f, a):
-        if rest:
-            settle(f, a, rest)
-        return per_call(f, a, number)
-    for r in range(len(ratios), rounds):
-        deadline.check()        # a search's limit can pass mid-pairing: no round after it
-        if r % 2:
-            theirs = sample(ref, ref_args)
-            ours = sample(fn, args)
-        else:
-            ours = sample(fn, args)
-            theirs = sample(ref, ref_args)
-        ratios.append(ours / theirs)
-        refs.append(theirs)
-        if decide is not None and len(ratios) >= DECIDED_AFTER and (
-                max(ratios) < decide * (1 - DECIDED_MARGIN) or
-                min(ratios) > decide * (1 + DECIDED_MARGIN)):
-            break
-    return float(np.median(ratios)), float(np.median(refs))
 
 
 def compiled(graph: Graph, seed: int = 0, options=None) -> tuple[Callable, list]:

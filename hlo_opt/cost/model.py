@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
-from hlo_opt.cost import analytic, anchors, measure, memory, residency
+from hlo_opt.cost import analytic, anchors, measure, memory, pairing, residency
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
@@ -177,7 +177,7 @@ class Measured(CostModel):
                             # of a signature is timed whole once, to see if it is short
     WHOLE_SAMPLE = 10e-3    # each sample of a whole program runs at least this long
     WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN's program timed against
-                            # itself, settled (`measure.SETTLE`), read 0.96-1.02 (sd 0.018)
+                            # itself, settled (`pairing.SETTLE`), read 0.96-1.02 (sd 0.018)
                             # as the median of 7 rounds (15 were taken when it read sd 0.09)
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
@@ -326,7 +326,7 @@ class Measured(CostModel):
         """Short programs timed whole, each against a reference: the first program of
         the same signature (inputs, outputs, frozen set — what equivalent graphs share)
         that this object priced. A candidate's seconds are the reference's times the
-        median ratio of the two timed back to back (`measure.ratio`), so that machine
+        median ratio of the two timed back to back (`pairing.ratio`), so that machine
         drift between two measurements does not decide which of two graphs is faster.
 
         The first graph of a signature decides for all: graphs of one signature are all
@@ -373,7 +373,7 @@ class Measured(CostModel):
                     jax.block_until_ready(fn(*args))
                     try:
                         deadline.check()
-                        ratio = measure.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
+                        ratio = pairing.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
                                               min_sample=self.WHOLE_SAMPLE, warm=True)
                     finally:
                         measure.release(fn)
