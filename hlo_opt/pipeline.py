@@ -255,10 +255,11 @@ def _guard(original, closed, optimized, frozen, options, report, example=None) -
     reference = jax.jit(jcore.jaxpr_as_fun(closed))
     # One compile of what will run (weight-only part and per-call part), verified and
     # timed as it runs: a second compile of NASNet-A's optimised graph took seconds.
-    runner = Runner(optimized, frozen, report.compiler_options) if (
-        changed and options.verify) or (
+    # A program XLA compiles under options of our choosing is checked too, rewritten or
+    # not: a library path is code jax.jit's program never ran.
+    verified = (changed or bool(report.compiler_options)) and options.verify
+    runner = Runner(optimized, frozen, report.compiler_options) if verified or (
         options.measure_final and (changed or frozen)) else None
-    verified = changed and options.verify
     if verified:
         args = [_inputs(types, frozen, example, seed=1 + k) for k in range(VERIFY_INPUTS)]
         if example is not None:

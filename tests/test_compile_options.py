@@ -16,6 +16,7 @@ from hlo_opt.rules.library import layout as L
 from helpers import assert_close
 
 NO_YNN = compile_options.NO_YNN
+YNN_ELTWISE = compile_options.YNN_ELTWISE
 BOGUS = {"xla_cpu_no_such_flag_for_hlo_opt": "1"}
 needs_ynn_choice = pytest.mark.skipif(
     jax.devices()[0].platform != "cpu" or not compile_options.accepted(
@@ -44,6 +45,8 @@ def test_labels_round_trip():
     assert compile_options.label({}) == "" and compile_options.parse("") == {}
     assert compile_options.parse(compile_options.label(NO_YNN)) == NO_YNN
     assert compile_options.describe(NO_YNN) == "YNNPACK off"
+    assert compile_options.parse(compile_options.label(YNN_ELTWISE)) == YNN_ELTWISE
+    assert compile_options.describe(YNN_ELTWISE) == "YNNPACK elementwise fusions only"
     assert compile_options.describe({}) == "XLA's defaults"
     assert compile_options.describe(BOGUS) == compile_options.label(BOGUS)
 
@@ -54,6 +57,17 @@ def test_the_options_reach_xla_and_leave_the_answer():
     chosen = compile_options.jit(net, NO_YNN)
     assert "ynn_fusion" in _hlo(plain, W, X) and "ynn_fusion" not in _hlo(chosen, W, X)
     assert_close(chosen(W, X), plain(W, X), 1e-5)
+
+
+@needs_ynn_choice
+def test_with_elementwise_fusions_only_a_lone_dot_is_xla_s_and_a_conv_s_relu_joins_it():
+    a, b = jnp.ones((64, 256)), jnp.ones((256, 256))
+    dot = jax.jit(lambda a, b: a @ b)
+    assert "ynn_fusion" in _hlo(dot, a, b)
+    assert "ynn_fusion" not in _hlo(compile_options.jit(lambda a, b: a @ b, YNN_ELTWISE), a, b)
+    chosen = compile_options.jit(net, YNN_ELTWISE)
+    assert "ynn_fusion" in _hlo(chosen, W, X)
+    assert_close(chosen(W, X), jax.jit(net)(W, X), 1e-5)
 
 
 def test_an_option_xla_does_not_know_is_not_a_choice(monkeypatch):
@@ -69,7 +83,7 @@ def test_the_choice_is_defaults_or_a_choice_and_its_program_agrees():
     graph = capture.capture(net, (W, X)).graph
     leaves = jax.tree.leaves((W, X))
     chosen = pipeline.choose_options(graph, (0, 1), leaves)
-    assert chosen in ({}, NO_YNN)
+    assert chosen in ({}, *compile_options.choices())
     runner = Runner(graph, (0, 1), chosen)
     assert_close(runner(leaves)[0], jax.jit(net)(W, X), 1e-5)
 
@@ -109,7 +123,7 @@ def test_choose_options_times_the_probe(monkeypatch):
     monkeypatch.setattr(pipeline, "Runner", Recording)
     x = X.transpose(0, 3, 1, 2)
     graph = capture.capture(nchw_net, (W, x)).graph
-    assert pipeline.choose_options(graph, (0, 1), jax.tree.leaves((W, x))) in ({}, NO_YNN)
+    assert pipeline.choose_options(graph, (0, 1), jax.tree.leaves((W, x))) in ({}, *compile_options.choices())
     assert [g.digest for g in timed] == [pipeline.probe(graph, library.ALL).digest]
 
 
@@ -161,3 +175,26 @@ def test_a_program_kept_as_the_original_runs_as_jax_jit_compiles_it(tmp_path, mo
     (entry,) = f._entries.values()
     assert entry.runner is None
     assert_close(f(W, X), jax.jit(net)(W, X), 1e-6)
+
+
+@needs_ynn_choice
+def test_a_graph_left_as_it_was_is_still_verified_under_chosen_options(tmp_path, monkeypatch):
+    compared = []
+    real = pipeline.check.compare
+
+    def recording(*args, **kwargs):
+        compared.append(args)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(pipeline.check, "compare", recording)
+    monkeypatch.setattr(pipeline, "choose_options", lambda *args: dict(YNN_ELTWISE))
+    monkeypatch.setattr(pipeline, "FASTER", float("inf"))
+    f = hlo_opt.jit(net, frozen_argnums=(0,), cache_dir=tmp_path, rules=[], time_limit=2.0)
+    report = f.explain(W, X)
+    assert report.applied == {} and report.compiler_options == YNN_ELTWISE
+    assert len(compared) == 1                    # no rewrite, one check all the same
+    monkeypatch.setattr(pipeline.check, "compare", lambda *args, **kwargs: "(made to differ)")
+    g = hlo_opt.jit(net, frozen_argnums=(0,), cache_dir=tmp_path / "b", rules=[],
+                    time_limit=2.0)
+    report = g.explain(W, X)
+    assert report.fell_back and report.compiler_options == {} and "verify" in report.reason
+    assert_close(g(W, X), jax.jit(net)(W, X), 1e-6)
