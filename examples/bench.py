@@ -36,6 +36,7 @@ from absl import logging as absl_logging
 
 import hlo_opt
 import models
+from hlo_opt import compile_options
 from hlo_opt.check import agreement, differs, tolerance
 from hlo_opt.cost.measure import per_call
 from hlo_opt.cost.pairing import settle as settle_calls
@@ -308,7 +309,8 @@ def run(name: str, *, batch: int = 1, layout: str | None = "NCHW", dtype: str = 
     record.update(optimise_s=record["first_call_s"]["hlo_opt"],
                   search_s=report.search_seconds, applied=dict(report.applied),
                   fell_back=report.fell_back, fallback_reason=report.reason,
-                  stop_reason=report.stop_reason)
+                  stop_reason=report.stop_reason,
+                  compiled_with=compile_options.describe(report.compiler_options))
     record.update(interleaved(contenders, args, repeats))
     return record
 

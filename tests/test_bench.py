@@ -14,7 +14,7 @@ import models
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_KEYS = {"model", "config", "ms", "speedup", "first_call_s", "optimise_s", "search_s",
                "applied", "max_abs_error", "rel_error", "agree", "number", "repeats",
-               "fell_back", "stop_reason"}
+               "fell_back", "stop_reason", "compiled_with"}
 
 
 def _run(*argv, timeout=600):
