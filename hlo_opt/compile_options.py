@@ -15,11 +15,12 @@ and 51 against 51-55 priced without it (`/tmp/s23/reprice.py`).
 XLA's flag takes a set of library-fusion types, and a subset is a third choice: with
 `ELTWISE` alone (`YNN_ELTWISE`), YNNPACK's fusions grow from elementwise ops: a conv
 and the relu after it are one library call (NASNet-A's NHWC program makes 128 library
-calls, against 218 under the defaults, one a conv or dot). On the AMD host (`/tmp/s65`, 7-9
-interleaved rounds of hlo_opt's optimised program against jax.jit), NASNet-A's ran
-1.49x jax.jit's speed with it, 1.08x under the defaults and 0.98x with YNNPACK off;
-NasRNN's 1.59x against 1.48x under both others; ResNet-50's 1.77x against 3.12x off.
-No subset beat YNNPACK off on the other CNNs, nor the defaults on BERT.
+calls, against 218 under the defaults, one a conv or dot). On the AMD host
+(`/tmp/s65`, 7-9 interleaved rounds of hlo_opt's optimised program against jax.jit),
+NASNet-A's ran 1.49x jax.jit's speed with it, 1.08x under the defaults and 0.98x with
+YNNPACK off; NasRNN's 1.59x against 1.48x under both others; ResNet-50's 1.77x
+against 3.12x off. No subset beat YNNPACK off on the other CNNs, nor the defaults on
+BERT (`docs/history.md`, "Compile options: YNNPACK's fusion types one by one").
 
 So it is measured, not assumed: `CHOICES` are tried against XLA's defaults on the
 program the search is headed for (`pipeline.choose_options`, `pipeline.probe`), the
