@@ -88,6 +88,7 @@ class CostModel:
     """Prices kernels; `cost` partitions a graph and sums."""
 
     platform = "cpu"
+    library_fusion = False      # kernels as YNNPACK's elementwise fusions (`library.py`)
     _seen: dict | None = None
 
     def kernel_seconds(self, kernel: Kernel) -> float:
@@ -107,7 +108,8 @@ class CostModel:
     def cost(self, graph: Graph, frozen: Iterable[int] = ()) -> Cost:
         fixed = weight_only(graph, frozen)
         kernels = partition(graph, epilogue_fusion=self.platform == "gpu",
-                            conv_layouts=self.platform == "cpu")
+                            conv_layouts=self.platform == "cpu",
+                            library_fusion=self.library_fusion)
         pre = [all(v.node in fixed for v in kernel.inputs) for kernel in kernels]
         if self.platform == "cpu":
             kernels = [dataclasses.replace(k, cold=c) if c else k for k, c in
@@ -190,6 +192,7 @@ class Measured(CostModel):
         self.options = dict(compiler_options or {})
         if self.options:
             header["options"] = compile_options.label(self.options)
+        self.library_fusion = self.platform == "cpu" and self.options == compile_options.YNN_ELTWISE
         self.cache = Cache("kernels", {**header, "method": measure.METHOD}, cache_dir)
         self.repeats, self.min_sample = repeats, min_sample
         self._fallback = fallback

@@ -28,6 +28,10 @@ out near the whole program's time (the fidelity benchmark checks how near):
    than the logical one are marked (`layouts.py`) and `isolate` hands them over in that
    order: an NCHW conv is timed without the two copies the whole program does not make,
    a loop between transposes without the transposes.
+8. **Library fusions (CPU, YNNPACK's elementwise fusions only).** Under
+   `compile_options.YNN_ELTWISE` XLA hands a conv or dot and the elementwise ops around
+   it to YNNPACK as one call before it fuses loops; with `library_fusion` those groups
+   (`library.py`) are kernels first, and loops do not join them.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ import graphlib
 import hashlib
 
 from hlo_opt import ops
-from hlo_opt.cost import layouts
+from hlo_opt.cost import layouts, library
 from hlo_opt.cost.layouts import inverse
 from hlo_opt.ir import Graph, Node, Value, copy_nodes
 from hlo_opt.params import Params
@@ -134,20 +138,23 @@ class _Groups:
 
 
 def partition(graph: Graph, *, epilogue_fusion: bool = False,
-              conv_layouts: bool = False) -> list[Kernel]:
+              conv_layouts: bool = False, library_fusion: bool = False) -> list[Kernel]:
     """The kernels of `graph`, producers first. `epilogue_fusion`: contractions absorb
     their elementwise consumers (XLA on GPU). `conv_layouts`: mark the values that cross
-    kernels in the memory order XLA CPU keeps them in (`layouts.py`)."""
+    kernels in the memory order XLA CPU keeps them in (`layouts.py`). `library_fusion`:
+    YNNPACK's elementwise fusions are kernels first (`library.py`; XLA CPU under
+    `compile_options.YNN_ELTWISE`)."""
     groups = _Groups(graph)
+    sealed = _library_groups(graph, groups) if library_fusion else set()
     for node in graph.nodes:
         kind = _kind(node)
-        if kind in ("input", SOURCE) and node.op != "iota":
+        if kind in ("input", SOURCE) and node.op != "iota" or node in groups.of:
             continue
         if kind in FUSIBLE or node.op == "iota" or kind in ROOTS:
             gid = groups.new(node, "reduce" if kind in ROOTS else "loop")
             for parent in groups.parents[node]:
                 other = groups.of.get(parent)
-                if other is None or other == gid:
+                if other is None or other == gid or other in sealed:
                     continue
                 joinable = groups.kind[other] == "loop" or (
                     epilogue_fusion and groups.kind[other] == "contract" and kind == ELEMENTWISE)
@@ -163,6 +170,19 @@ def partition(graph: Graph, *, epilogue_fusion: bool = False,
     return [Kernel(k.nodes, k.inputs, k.outputs, k.kind,
                    tuple((v, kept[v]) for v in k.inputs + k.outputs if v in kept))
             if kept else k for k, kept in zip(kernels, layouts.relaid(graph, kernels))]
+
+
+def _library_groups(graph: Graph, groups: _Groups) -> set[int]:
+    """Groups `library.groups`' fusions (contractions in them make them "contract"
+    kernels) and returns their ids: loop kernels do not join them."""
+    sealed = set()
+    for members in library.groups(graph):
+        kinds = {_kind(n) for n in members}
+        gid = groups.new(members[0], "contract" if CONTRACT in kinds else "loop")
+        for node in members[1:]:
+            groups.try_merge(gid, groups.new(node, "loop"))
+        sealed.add(gid)
+    return sealed
 
 
 def _kernels(graph: Graph, groups: _Groups) -> list[Kernel]:
