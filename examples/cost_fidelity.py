@@ -49,10 +49,11 @@ flags.DEFINE_integer("rounds", 9, "Round-robin timing rounds (a sign test needs 
 flags.DEFINE_bool("cases", True, "Also run the sign cases.")
 flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
-flags.DEFINE_enum("options", "choose", ["choose", "defaults"], "XLA compile options of each "
+FIXED = {"defaults": {}, "ynn_eltwise": compile_options.YNN_ELTWISE}
+flags.DEFINE_enum("options", "choose", ["choose", *FIXED], "XLA compile options of each "
                   "model's programs: chosen by timing as hlo_opt.jit does "
-                  "(`pipeline.choose_options`), or XLA's defaults. The sign cases always "
-                  "use the defaults.")
+                  "(`pipeline.choose_options`), XLA's defaults, or YNNPACK's elementwise "
+                  "fusions only. The sign cases always use the defaults.")
 flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: none, a "
                     "fresh directory: the run's own timings, not entries older runs wrote "
                     "under other loads).")
@@ -163,7 +164,7 @@ def fidelity(name: str, cache_dir: str) -> dict:
     frozen_inputs = range(len(jax.tree.leaves(params)))
     graph = capture.capture(fn, (params, *inputs)).graph
     options = pipeline.choose_options(graph, frozen_inputs, args) \
-        if FLAGS.options == "choose" else {}
+        if FLAGS.options == "choose" else FIXED[FLAGS.options]
     model = cost.Measured(cache_dir, compiler_options=options)
     cold_s, warm_s, kernels = cache_timing(graph, frozen_inputs, options)
     found = V.variants(graph, FLAGS.variants, fixed=frozen_inputs)
