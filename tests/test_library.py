@@ -142,7 +142,16 @@ def test_loops_do_not_join_a_library_fusion():
         ["conv_general_dilated"], ["tanh", "transpose"]]
 
 
-def test_the_measured_model_partitions_so_only_under_elementwise_fusions(tmp_path):
-    assert cost.Measured(tmp_path, compiler_options=compile_options.YNN_ELTWISE).library_fusion
-    assert not cost.Measured(tmp_path, compiler_options=compile_options.NO_YNN).library_fusion
-    assert not cost.Measured(tmp_path).library_fusion
+def test_the_measured_model_prices_a_library_fusion_as_one_kernel_only_under_the_option(
+        tmp_path):
+    fn, args = CASES["separable"]
+    graph = capture.capture(fn, args).graph
+
+    def convs_per_kernel(options):
+        priced = cost.Measured(tmp_path, compiler_options=options, whole_below=0).cost(graph)
+        assert not priced.whole and priced.total > 0
+        return sorted(sum(n.op == "conv_general_dilated" for n in k.kernel.nodes)
+                      for k in priced.kernels)
+
+    assert convs_per_kernel(compile_options.YNN_ELTWISE)[-1] == 2
+    assert convs_per_kernel(compile_options.NO_YNN)[-2:] == [1, 1]
