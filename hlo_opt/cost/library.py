@@ -49,10 +49,11 @@ FLOATS = frozenset(map(jnp.dtype, (jnp.float32, jnp.float64, jnp.bfloat16)))
 MIN_ELEMENTS = 4096     # a smaller elementwise op is left to XLA's loops
 
 
-def groups(graph: Graph) -> list[list[Node]]:
+def groups(graph: Graph, users: dict[Node, list[Node]] | None = None) -> list[list[Node]]:
     """The nodes of each library fusion of `graph` under the ELTWISE fusion type, in the
-    order XLA starts them."""
-    users = graph.users()
+    order XLA starts them, each in graph order. `users`: `graph.users()`, if the caller
+    has it."""
+    users = graph.users() if users is None else users
     outputs = {v.node for v in graph.outputs}
     readers = {n: set(users.get(n, ())) | ({None} if n in outputs else set())
                for n in graph.nodes}            # (None: the program's result tuple)
@@ -82,8 +83,7 @@ def groups(graph: Graph) -> list[list[Node]]:
             group.add(node)
             of[node] = gid
             todo.extend(_neighbours(node, group, readers, up=up, down=not up))
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    return [sorted(g, key=order.get) for g in fused.values()]
+    return [sorted(g, key=lambda n: n._seq) for g in fused.values()]
 
 
 def _neighbours(node: Node, group: set[Node], readers, *, up: bool, down: bool):

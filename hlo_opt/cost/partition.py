@@ -176,7 +176,7 @@ def _library_groups(graph: Graph, groups: _Groups) -> set[int]:
     """Groups `library.groups`' fusions (contractions in them make them "contract"
     kernels) and returns their ids: loop kernels do not join them."""
     sealed = set()
-    for members in library.groups(graph):
+    for members in library.groups(graph, groups.children):
         kinds = {_kind(n) for n in members}
         gid = groups.new(members[0], "contract" if CONTRACT in kinds else "loop")
         for node in members[1:]:
