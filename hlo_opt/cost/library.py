@@ -28,7 +28,10 @@ fusions' convs and dots are XLA's, fusion for fusion, for NASNet-A (94 fusions),
 Inception-v3, SqueezeNet, BERT, NasRNN and SRU. ResNet-50's residual chain is one
 predicted fusion of 52 convs where XLA makes two of 20 and 31 and leaves one alone, at
 a point not found; ResNet-style programs run with YNNPACK off on the hosts measured
-(`compile_options`). `tests/test_library.py` checks small cases against the HLO.
+(`compile_options`). NCHW programs: SqueezeNet's match; NASNet-A's do not, where an
+NCHW conv's transposes (layout normalisation, before the rewriter) keep 49 convs out
+of the adds after them, which the rule fuses (`docs/history.md`).
+`tests/test_library.py` checks small cases against the HLO.
 """
 from __future__ import annotations
 
