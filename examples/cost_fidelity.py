@@ -3,6 +3,8 @@
     python examples/cost_fidelity.py                 # every zoo model, 24 variants each
     python examples/cost_fidelity.py --readme        # also rewrite the README's table
     python examples/cost_fidelity.py --small --models=bert,sru --variants=8   # a smoke run
+    python examples/cost_fidelity.py --cache_dir=C --out=R    # keep the kernel timings, then
+    python examples/cost_fidelity.py --cache_dir=C --rescore=R/cost_fidelity.json --nocases
 
 Each model's programs are compiled with the XLA options `hlo_opt.jit` would choose for it
 on this device (`compile_options`; `--options=defaults` for XLA's own), and its kernels
@@ -22,10 +24,19 @@ original is from the measured one. Then the sign cases of the cost-model issue: 
 pair of programs whose speed-up was measured as a win or a loss; the model must call
 the sign this device measures, where a sign test over the rounds decides one.
 Also: how long pricing a model's kernels takes from a cold and from a warm cache.
+
+`--rescore` prices a kept run's variants again with the code as it is now, from that
+run's kernel timings (`--cache_dir`), and scores the prices against the run's own
+measurements: a change to the pricing read against one measurement in minutes, where a
+run takes most of an hour, and without the kernel timings' drift between two runs
+(repriced from a cache it had half filled, one run's Inception-v3 variants moved up to
+31% and its Spearman from 0.75 to 0.69). A score to try a change by, not a result:
+a change is shown by a run of its own.
 """
 from __future__ import annotations
 
 import functools
+import json
 import math
 import statistics
 import tempfile
@@ -57,6 +68,9 @@ flags.DEFINE_enum("options", "choose", ["choose", *FIXED], "XLA compile options 
 flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: none, a "
                     "fresh directory: the run's own timings, not entries older runs wrote "
                     "under other loads).")
+flags.DEFINE_string("rescore", None, "A cost_fidelity.json of a run made with --cache_dir: "
+                    "price its variants again from that directory and score them against "
+                    "its measurements; nothing is run (see the module's doc).")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
@@ -172,24 +186,56 @@ def fidelity(name: str, cache_dir: str) -> dict:
     repriced = reprice([g for _, g in found], frozen_inputs, options)
     measured, ratios = round_robin([program(g, frozen_inputs, args, options)
                                     for _, g in found], FLAGS.rounds)
-    errors = _speedup_errors(predicted, measured)
     agreement = split_half(ratios)
-    pairs, decided, right = decided_pairs(predicted, ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
+            "small": FLAGS.small,
             # each round's speed-up over the original too: a run that reads off can be
             # told from a slow spell (rounds apart) or a steady bias (every round)
             "variants": [{"name": n, "predicted_s": p, "repriced_s": q, "measured_s": m,
                           "speedup_by_round": r}
                          for (n, _), p, q, m, r in zip(found, predicted, repriced, measured,
                                                        ratios)],
-            "spearman": spearman(predicted, measured), "split_half": agreement,
+            **scores(predicted, measured, ratios),
+            "split_half": agreement,
             "priced_vs_itself": spearman(predicted, repriced),
             "ceiling": ceiling(agreement),
+            "cold_s": cold_s, "warm_s": warm_s, "kernels_measured_cold": kernels}
+
+
+def scores(predicted, measured, ratios) -> dict:
+    """How the prices order and scale against the measurements (`fidelity`)."""
+    errors = _speedup_errors(predicted, measured)
+    pairs, decided, right = decided_pairs(predicted, ratios)
+    return {"spearman": spearman(predicted, measured),
             "pairs": pairs, "decided_pairs": decided, "decided_pairs_right": right,
             "speedup_error_median": statistics.median(errors) if errors else None,
             "speedup_error_max": max(errors) if errors else None,
-            "within_15pct": sum(e <= 0.15 for e in errors) / len(errors) if errors else None,
-            "cold_s": cold_s, "warm_s": warm_s, "kernels_measured_cold": kernels}
+            "within_15pct": sum(e <= 0.15 for e in errors) / len(errors) if errors else None}
+
+
+def rescore(record: dict, cache_dir: str) -> dict:
+    """`record` (one model of a kept run) priced again by this code from `cache_dir`,
+    scored against its measurements. Its variants are made again from the same seed;
+    a run whose variants this code makes otherwise (other names, another size) is
+    refused, not scored."""
+    small = record.get("small", False)
+    fn, params, inputs = models.build(record["model"], small=small)
+    frozen_inputs = range(len(jax.tree.leaves(params)))
+    graph = capture.capture(fn, (params, *inputs)).graph
+    found = V.variants(graph, len(record["variants"]), fixed=frozen_inputs)
+    stored = [v["name"] for v in record["variants"]]
+    if [n for n, _ in found] != stored:
+        raise ValueError(f"{record['model']} (small={small}): this code makes the variants "
+                         f"{[n for n, _ in found]}, the run had {stored}")
+    model = cost.Measured(cache_dir, compiler_options=compile_options.parse(
+        record.get("compiler_options", "")))
+    predicted = [model.cost(g, frozen_inputs).total for _, g in found]
+    measured = [v["measured_s"] for v in record["variants"]]
+    return {"model": record["model"], "predicted_s": predicted,
+            **scores(predicted, measured, [v["speedup_by_round"] for v in record["variants"]]),
+            "run_spearman": record["spearman"],
+            "run_speedup_error_median": record["speedup_error_median"],
+            "timed": model.measured + model.programs}     # kernels, programs not in the cache
 
 
 # -- the sign cases -------------------------------------------------------------------------
@@ -384,6 +430,21 @@ def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     bench.quiet_logs()
+    if FLAGS.rescore:
+        if not FLAGS.cache_dir:
+            raise SystemExit("--rescore prices from the run's kernel timings: give its "
+                             "--cache_dir")
+        for record in json.loads(open(FLAGS.rescore).read())["models"]:
+            if record["model"] in FLAGS.models:
+                r = rescore(record, FLAGS.cache_dir)
+                print(f"{r['model']}: Spearman {r['spearman']:.2f} (the run's "
+                      f"{r['run_spearman']:.2f}), decided pairs right "
+                      f"{r['decided_pairs_right']} of {r['decided_pairs']}, speed-up error "
+                      f"median {r['speedup_error_median']:.0%} / max "
+                      f"{r['speedup_error_max']:.0%} (the run's median "
+                      f"{r['run_speedup_error_median']:.0%}); kernels and programs "
+                      f"timed {r['timed']}", flush=True)
+        return
     with tempfile.TemporaryDirectory() as fresh:
         run(FLAGS.cache_dir or fresh)
 

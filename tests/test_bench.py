@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -274,3 +275,29 @@ def test_call_cost_times_the_call_and_what_it_runs(tmp_path):
     assert set(record["ms"]) == {"jax.jit", "hlo_opt.jit call", "its per-call program",
                                  "jax.jit on flat leaves"}
     assert "| sru |" in (tmp_path / "results.md").read_text()
+
+
+def test_a_kept_run_is_rescored_from_its_kernel_timings(tmp_path):
+    """`--rescore`: the variants made again, priced from the run's cache with nothing
+    timed, to the same prices, scored against the run's measurements; a run of other
+    variants is refused."""
+    import cost_fidelity
+    import variants as V
+    from hlo_opt import capture, cost
+    fn, params, inputs = models.build("sru", small=True)
+    frozen_inputs = range(len(jax.tree.leaves(params)))
+    graph = capture.capture(fn, (params, *inputs)).graph
+    found = V.variants(graph, 4, fixed=frozen_inputs)
+    model = cost.Measured(tmp_path)
+    predicted = [model.cost(g, frozen_inputs).total for _, g in found]
+    measured = [1.0, 0.5, 2.0, 0.7]
+    record = {"model": "sru", "small": True, "compiler_options": "", "spearman": 0.0,
+              "speedup_error_median": 0.0,
+              "variants": [{"name": n, "measured_s": m, "speedup_by_round": [measured[0] / m] * 6}
+                           for (n, _), m in zip(found, measured)]}
+    r = cost_fidelity.rescore(record, str(tmp_path))
+    assert r["timed"] == 0 and r["predicted_s"] == predicted
+    assert r["spearman"] == pytest.approx(cost_fidelity.spearman(predicted, measured))
+    record["variants"][1]["name"] = "not a variant this code makes"
+    with pytest.raises(ValueError, match="sru"):
+        cost_fidelity.rescore(record, str(tmp_path))
