@@ -29,8 +29,8 @@ Also: how long pricing a model's kernels takes from a cold and from a warm cache
 run's kernel timings (`--cache_dir`), and scores the prices against the run's own
 measurements: a change to the pricing read against one measurement in minutes, where a
 run takes most of an hour, and without the kernel timings' drift between two runs
-(repriced from a cache it had half filled, one run's Inception-v3 variants moved up to
-31% and its Spearman from 0.75 to 0.69). A score to try a change by, not a result:
+(repriced from a cache another run had partly filled, one run's Inception-v3 variants
+moved up to 31% and its Spearman from 0.75 to 0.69). A score to try a change by, not a result:
 a change is shown by a run of its own.
 """
 from __future__ import annotations
