@@ -41,6 +41,7 @@ import math
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -170,13 +171,17 @@ def reprice(graphs, frozen_inputs, options) -> list[float]:
         return [again.cost(g, frozen_inputs).total for g in graphs]
 
 
+def captured(name: str, small: bool) -> tuple:
+    """(the model's graph, its argument leaves, the positions of its weights)."""
+    fn, params, inputs = models.build(name, small=small)
+    graph = capture.capture(fn, (params, *inputs)).graph
+    return graph, jax.tree.leaves((params, *inputs)), range(len(jax.tree.leaves(params)))
+
+
 def fidelity(name: str, cache_dir: str) -> dict:
     """The model's variants priced and run compiled with the options `hlo_opt.jit`
     would choose for its original (`--options`)."""
-    fn, params, inputs = models.build(name, small=FLAGS.small)
-    args = jax.tree.leaves((params, *inputs))
-    frozen_inputs = range(len(jax.tree.leaves(params)))
-    graph = capture.capture(fn, (params, *inputs)).graph
+    graph, args, frozen_inputs = captured(name, FLAGS.small)
     options = pipeline.choose_options(graph, frozen_inputs, args) \
         if FLAGS.options == "choose" else FIXED[FLAGS.options]
     model = cost.Measured(cache_dir, compiler_options=options)
@@ -219,9 +224,7 @@ def rescore(record: dict, cache_dir: str) -> dict:
     a run whose variants this code makes otherwise (other names, another size) is
     refused, not scored."""
     small = record.get("small", False)
-    fn, params, inputs = models.build(record["model"], small=small)
-    frozen_inputs = range(len(jax.tree.leaves(params)))
-    graph = capture.capture(fn, (params, *inputs)).graph
+    graph, _, frozen_inputs = captured(record["model"], small)
     found = V.variants(graph, len(record["variants"]), fixed=frozen_inputs)
     stored = [v["name"] for v in record["variants"]]
     if [n for n, _ in found] != stored:
@@ -434,7 +437,7 @@ def main(argv):
         if not FLAGS.cache_dir:
             raise SystemExit("--rescore prices from the run's kernel timings: give its "
                              "--cache_dir")
-        for record in json.loads(open(FLAGS.rescore).read())["models"]:
+        for record in json.loads(Path(FLAGS.rescore).read_text())["models"]:
             if record["model"] in FLAGS.models:
                 r = rescore(record, FLAGS.cache_dir)
                 print(f"{r['model']}: Spearman {r['spearman']:.2f} (the run's "

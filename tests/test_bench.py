@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 
@@ -283,10 +282,8 @@ def test_a_kept_run_is_rescored_from_its_kernel_timings(tmp_path):
     variants is refused."""
     import cost_fidelity
     import variants as V
-    from hlo_opt import capture, cost
-    fn, params, inputs = models.build("sru", small=True)
-    frozen_inputs = range(len(jax.tree.leaves(params)))
-    graph = capture.capture(fn, (params, *inputs)).graph
+    from hlo_opt import cost
+    graph, _, frozen_inputs = cost_fidelity.captured("sru", small=True)
     found = V.variants(graph, 4, fixed=frozen_inputs)
     model = cost.Measured(tmp_path)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
