@@ -118,16 +118,60 @@ def test_a_temp_buffer_past_the_line_faults_every_page_each_call():
     assert (memory._faults() - before) / 3 >= 0.95 * pages
 
 
-def test_the_fault_rate_divides_by_the_pages_the_two_programs_faulted(monkeypatch, tmp_path):
-    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
+def test_the_fault_rate_divides_by_the_pages_the_two_programs_faulted():
     copy_pages = memory.COPY_BYTES / memory.PAGE
     # the program under the line faulted half its pages in its least sample
-    monkeypatch.setattr(memory, "_copy_seconds",
-                        lambda counts: [(2e-3, copy_pages / 2), (3e-3, copy_pages)])
-    assert memory.calibrate(header, tmp_path / "a") == pytest.approx(
+    assert memory._rate([(2e-3, copy_pages / 2), (3e-3, copy_pages)]) == pytest.approx(
         1e-3 / (copy_pages / 2 * memory.PAGE))
-    # both faulted alike: the difference is not the faults'; a quarter copy at least
-    monkeypatch.setattr(memory, "_copy_seconds",
-                        lambda counts: [(2e-3, copy_pages), (2.1e-3, copy_pages)])
-    assert memory.calibrate(header, tmp_path / "b") == pytest.approx(
-        0.1e-3 / memory.COPY_BYTES * 4)
+    # both faulted alike, or the one past the line ran no slower: not the faults'
+    assert memory._rate([(2e-3, copy_pages), (2.1e-3, copy_pages)]) is None
+    assert memory._rate([(2e-3, 0.0), (1.9e-3, copy_pages)]) is None
+
+
+def _places(monkeypatch, apart, here):
+    """Stands in for the calibration's rounds, in its own process and in this one."""
+    def fake(result):
+        def copy_seconds(counts):
+            assert counts == (memory.SMALL_COPIES, memory.BIG_COPIES)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        return copy_seconds
+    monkeypatch.setattr(memory, "_copy_seconds_apart", fake(apart))
+    monkeypatch.setattr(memory, "_copy_seconds", fake(here))
+
+
+def test_the_fault_rate_is_measured_here_where_its_own_process_cannot_tell(monkeypatch, caplog):
+    copy_pages = memory.COPY_BYTES / memory.PAGE
+    apart = [(2e-3, 0.0), (3e-3, copy_pages)]
+    alike = [(3e-3, copy_pages), (3e-3, copy_pages)]
+    _places(monkeypatch, apart, AssertionError("measured here too"))
+    assert memory._measured_rate() == memory._rate(apart)
+    _places(monkeypatch, alike, apart)
+    assert memory._measured_rate() == memory._rate(apart)
+    _places(monkeypatch, memory.ChildFailed("did not start"), apart)
+    assert memory._measured_rate() == memory._rate(apart)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    # neither tells the faults apart: the VM's rate, and the user is told
+    _places(monkeypatch, alike, alike)
+    with caplog.at_level("WARNING", logger="hlo_opt"):
+        assert memory._measured_rate() == memory.DEFAULT_FAULT
+    assert "could not be measured" in caplog.text
+
+
+def test_the_calibrations_process_fails_cleanly_and_stops_at_a_searchs_limit(monkeypatch):
+    import sys
+    import time
+    from hlo_opt import deadline
+    with monkeypatch.context() as m:
+        m.setattr(sys, "executable", "/nonexistent/python")
+        with pytest.raises(memory.ChildFailed, match="did not start"):
+            memory._copy_seconds_apart((1, 2))
+        m.setattr(sys, "executable", "/usr/bin/uwsgi")     # an embedded interpreter
+        with pytest.raises(memory.ChildFailed, match="not one to start again"):
+            memory._copy_seconds_apart((1, 2))
+    start = time.monotonic()
+    with deadline.stop_when(lambda: time.monotonic() > start + 1.0):
+        with pytest.raises(deadline.OutOfTime):
+            memory._copy_seconds_apart((memory.SMALL_COPIES, memory.BIG_COPIES))
+    assert time.monotonic() - start < 3.0       # the child is not waited for

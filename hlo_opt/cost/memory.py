@@ -21,13 +21,21 @@ operand is a loop of its own, then a copy). `seconds` prices the faults at the r
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from hlo_opt import deadline
 from hlo_opt.cost import layouts, measure
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import BITCASTS, Kernel
@@ -36,6 +44,8 @@ from hlo_opt.ir import Graph, Value
 MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
 PAGE = 4096
 DEFAULT_FAULT = 0.7e-6 / PAGE   # seconds per byte, for tests: 0.7 us a page on the VM
+
+logger = logging.getLogger("hlo_opt")
 
 
 def temp_bytes(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) -> int:
@@ -185,8 +195,8 @@ def calibrate(header: dict, cache_dir=None) -> float:
     """Seconds per byte of faulting in a program's fresh temp buffer, as XLA's CPU
     runtime pays it: the weight copies of NCHW convs (`layouts.py`), timed per byte in a
     program whose temp buffer is under the line and in one past it; the difference, over
-    the pages the two faulted (`_copy_seconds`), is the faults. Measured once per device
-    and read from the cache after.
+    the pages the two faulted (`_copy_seconds`, `_rate`), is the faults. Measured once
+    per device, in a process of its own (`_measured_rate`), and read from the cache after.
 
     A one-thread microbenchmark (a byte written per page of a fresh 64 MiB mapping)
     read 1.75 us a page on the AMD EPYC VM, where XLA pays 0.68 (24 weight copies of
@@ -204,9 +214,7 @@ def calibrate(header: dict, cache_dir=None) -> float:
     again)."""
     cache = Cache("memory", header, cache_dir)
     if FAULT_ENTRY not in cache:
-        (small, small_pages), (big, big_pages) = _copy_seconds((SMALL_COPIES, BIG_COPIES))
-        pages = max(big_pages - small_pages, COPY_BYTES / PAGE / 4)
-        cache.put(FAULT_ENTRY, max(big - small, 0.0) / (pages * PAGE))
+        cache.put(FAULT_ENTRY, _measured_rate())
         cache.flush()
     return float(cache.get(FAULT_ENTRY))
 
@@ -217,6 +225,93 @@ SMALL_COPIES, BIG_COPIES = 6, 24    # 24 MiB of temp buffer, under the line; 96,
 ROUNDS = 20                 # of the calibration: in five processes each, the rate read
                             # 1.2-2.8e-10 s a byte with 5 rounds, 2.0-2.6 with 20 (2.4 s
                             # and 6 s once per device; `/tmp/s60/fault4.py`)
+CHILD_LIMIT = 300           # seconds the calibration's own process may take (it took 10)
+
+
+def _measured_rate() -> float:
+    """The fault rate from `_copy_seconds`, run first in a process of its own, then, where
+    that cannot run or cannot tell the faults apart, in this one; where neither can, the
+    rate measured on the VM (`DEFAULT_FAULT`), with a warning.
+
+    A process of its own: in two CI runs, in pytest's process after a thousand tests,
+    the program under the line read as slow a copy as the one past it (cached as 0 the
+    first time; the second, with its pages counted and 20 rounds, read 0 again), as it
+    would were its buffer faulted each call too (no log shows its pages): what malloc
+    gives back to the OS depends on what the process did before. A fresh process starts
+    where a user's program does, and leaves no 96 MiB of churn and compiled programs in
+    this one."""
+    places = (("a process of its own", _copy_seconds_apart), ("this process", _copy_seconds))
+    for where, measure_in in places:
+        try:
+            samples = measure_in((SMALL_COPIES, BIG_COPIES))
+        except ChildFailed as err:
+            logger.info("hlo_opt: the fault rate is measured in this process: %s", err)
+            continue
+        rate = _rate(samples)
+        if rate is not None:
+            return rate
+        logger.info("hlo_opt: in %s the fault rate could not be told apart: (seconds, pages) "
+                    "a copy %s", where, samples)
+    logger.warning("hlo_opt: the cost of a page fault could not be measured on this device "
+                   "(the program under malloc's mmap line faulted as the one past it); "
+                   "pricing faults at %.3g us a page, as measured on a 2-core VM",
+                   DEFAULT_FAULT * PAGE * 1e6)
+    return DEFAULT_FAULT
+
+
+def _rate(samples: Sequence[tuple[float, float]]) -> float | None:
+    """Seconds per byte from (seconds, pages faulted) a copy under the line and past it:
+    the difference over the pages the two faulted apart; None where the two faulted
+    alike (less than a quarter of a copy's pages apart) or the one past the line ran no
+    slower, as then the difference is not the faults'."""
+    (small, small_pages), (big, big_pages) = samples
+    pages = big_pages - small_pages
+    if pages < COPY_BYTES / PAGE / 4 or big <= small:
+        return None
+    return (big - small) / (pages * PAGE)
+
+
+class ChildFailed(Exception):
+    """The calibration's own process did not start or did not answer."""
+
+
+def _copy_seconds_apart(counts: tuple[int, ...]) -> list[tuple[float, float]]:
+    """`_copy_seconds` in a fresh Python process (this interpreter, this package, on the
+    CPU), waited for a quarter second at a time so that a search's limit
+    (`deadline.check`) stops it as it would stop the rounds here."""
+    deadline.check()
+    if getattr(sys, "frozen", False) or not Path(sys.executable).name.lower().startswith("python"):
+        raise ChildFailed(f"this interpreter ({sys.executable!r}) is not one to start again")
+    package = str(Path(__file__).resolve().parents[2])     # where this hlo_opt is
+    code = (f"import json, sys; p = {package!r}; sys.path[:0] = [] if p in sys.path else [p]; "
+            "from hlo_opt.cost import memory; "
+            f"print(json.dumps(memory._copy_seconds({tuple(counts)!r})))")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    try:
+        child = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as err:
+        raise ChildFailed(f"{sys.executable} did not start: {err}") from err
+    end = time.monotonic() + CHILD_LIMIT
+    try:
+        while True:
+            try:
+                out, err = child.communicate(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                deadline.check()
+                if time.monotonic() > end:
+                    raise ChildFailed(f"no answer in {CHILD_LIMIT} s") from None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    try:
+        if child.returncode != 0:
+            raise ValueError(f"exit {child.returncode}: {err.strip()[-500:]}")
+        return [(float(s), float(p)) for s, p in json.loads(out.strip().splitlines()[-1])]
+    except (ValueError, IndexError, TypeError) as bad:
+        raise ChildFailed(str(bad)) from None
 
 
 def _faults() -> int | None:
