@@ -1,10 +1,13 @@
 """The per-call memory term of the cost model: the temp-buffer estimate against XLA's own
 buffer assignment, the mmap line, and the calibration. No test asserts a measured speed."""
+import sys
+import time
+
 import jax
 import jax.numpy as jnp
 import pytest
 
-from hlo_opt import capture, cost
+from hlo_opt import capture, cost, deadline
 from hlo_opt.cost import memory, partition
 from hlo_opt.frozen import weight_only
 
@@ -160,9 +163,6 @@ def test_the_fault_rate_is_measured_here_where_its_own_process_cannot_tell(monke
 
 
 def test_the_calibrations_process_fails_cleanly_and_stops_at_a_searchs_limit(monkeypatch):
-    import sys
-    import time
-    from hlo_opt import deadline
     with monkeypatch.context() as m:
         m.setattr(sys, "executable", "/nonexistent/python")
         with pytest.raises(memory.ChildFailed, match="did not start"):
