@@ -180,11 +180,9 @@ class Measured(CostModel):
     WHOLE_SAMPLE = 10e-3    # each sample of a whole program runs at least this long
     WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN's program timed against
                             # itself, settled (`pairing.SETTLE`), read 0.96-1.02 (sd 0.018)
-                            # as the median of 7 rounds (15 were taken when it read sd 0.09).
-                            # Against another variant it moves more, and neither more rounds
-                            # nor longer samples steadied it: 8 ratios of one merge read
-                            # 1.23-1.73 with 7 rounds of 10 ms, 1.25-1.89 with 50 ms samples,
-                            # 1.20-1.64 with 15 rounds (AMD host, `/tmp/s69/pr.py`)
+                            # as the median of 7 rounds (15 were taken when it read sd 0.09);
+                            # against another variant, 5-10%, not steadied by 15 rounds or
+                            # 50 ms samples (docs/history.md, NasRNN's whole-program prices)
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW,
