@@ -9,7 +9,7 @@ from jax import lax
 
 import hlo_opt
 from hlo_opt import capture, compile_options, cost, pipeline
-from hlo_opt.cost import measure
+from hlo_opt.cost import measure, pairing
 from hlo_opt.frozen import Runner
 from hlo_opt.rules import library
 from hlo_opt.rules.library import layout as L
@@ -86,6 +86,20 @@ def test_the_choice_is_defaults_or_a_choice_and_its_program_agrees():
     assert chosen in ({}, *compile_options.choices())
     runner = Runner(graph, (0, 1), chosen)
     assert_close(runner(leaves)[0], jax.jit(net)(W, X), 1e-5)
+
+
+@needs_ynn_choice
+@pytest.mark.parametrize("ratios, chosen", [
+    ((0.97, 1.02), {}), ((0.93, 0.97), NO_YNN), ((0.93, 0.80), YNN_ELTWISE)])
+def test_an_option_is_taken_only_when_it_wins_by_more_than_a_ties_noise(
+        monkeypatch, ratios, chosen):
+    """Each choice's paired ratio against XLA's defaults, in the order of `choices`: one
+    that reads within `CHOOSE` of a tie keeps the defaults; of two past it, the faster."""
+    monkeypatch.setattr(compile_options, "choices", lambda platform=None: [NO_YNN, YNN_ELTWISE])
+    read = iter(ratios)
+    monkeypatch.setattr(pairing, "paired", lambda *args, **kwargs: (next(read), 1.0))
+    graph = capture.capture(net, (W, X)).graph
+    assert pipeline.choose_options(graph, (0, 1), list(jax.tree.leaves((W, X)))) == chosen
 
 
 def nchw_net(w, x):
