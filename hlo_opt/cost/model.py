@@ -10,15 +10,15 @@ predicted seconds of one run of the graph on this device, and whose `kernels` sa
 that time goes. Kernels that depend only on frozen inputs (weights at inference) and
 constants cost nothing: they are computed once, not per call.
 
-Short programs are timed whole (Collage's move: measure the region, not its parts).
-Kernels of a few tens of microseconds do not add up: XLA CPU runs independent ones side
-by side and their fixed costs overlap, so NasRNN's eighty 1x512 @ 512x512 dots summed to
-2.4 ms while the program ran in 1.8 ms, and the sum ranked its merge variants wrongly
-(merging each `x@W + h@U` pair: 1.08x predicted, 0.79x measured). A program that runs
-under `WHOLE_BELOW` is compiled and timed itself (and cached by its digest): one compile
-per candidate graph, affordable exactly when the program is short. Whether it does is
-read off its kernels, or, when they sum to a few times that, off one timing of the
-first program of its signature.
+Short programs are timed whole (Collage's move: measure the region, not its parts), and
+sibling dots and convs as one program (`siblings.py`). Kernels do not add up: XLA CPU
+runs independent ones side by side and their fixed costs overlap: NasRNN's eighty
+1x512 @ 512x512 dots summed to 2.4 ms while the program ran in 1.8 ms, and the sum
+ranked its merge variants wrongly (merging each `x@W + h@U` pair: 1.08x predicted,
+0.79x measured). A program that runs under `WHOLE_BELOW` is compiled and timed itself
+(and cached by its digest): one compile per candidate graph, affordable exactly when
+the program is short. Whether it does is read off its kernels, or, when they sum to a
+few times that, off one timing of the first program of its signature.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
-from hlo_opt.cost import analytic, anchors, measure, memory, pairing, residency
+from hlo_opt.cost import analytic, anchors, measure, memory, pairing, residency, siblings
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
@@ -89,6 +89,7 @@ class CostModel:
 
     platform = "cpu"
     library_fusion = False      # kernels as YNNPACK's elementwise fusions (`library.py`)
+    side_by_side = False        # sibling dots and convs priced together (`siblings.py`)
     _seen: dict | None = None
 
     def kernel_seconds(self, kernel: Kernel) -> float:
@@ -114,12 +115,17 @@ class CostModel:
         if self.platform == "cpu":
             kernels = [dataclasses.replace(k, cold=c) if c else k for k, c in
                        zip(kernels, residency.cold(graph, kernels, pre, fixed))]
-        price = self._price
-        if self.timed_whole(graph, frozen):
-            price = self.estimate
-        else:
-            self.prepare([k for k, p in zip(kernels, pre) if not p])
-        priced = [KernelCost(k, 0.0 if p else price(k), p) for k, p in zip(kernels, pre)]
+        summed = not self.timed_whole(graph, frozen)
+        side = summed and self.side_by_side and self.platform == "cpu"
+        units = siblings.groups(kernels, [not side or p or not _runs_alone(k)
+                                          for k, p in zip(kernels, pre)])
+        merged = {u[0]: siblings.merge([kernels[i] for i in u]) for u in units if not pre[u[0]]}
+        if summed:
+            self.prepare(list(merged.values()))
+        price, each = self._price if summed else self.estimate, {}
+        for u in (u for u in units if not pre[u[0]]):
+            each.update(dict.fromkeys(u, price(merged[u[0]]) / len(u)))
+        priced = [KernelCost(k, each.get(i, 0.0), p) for i, (k, p) in enumerate(zip(kernels, pre))]
         faults = 0.0
         if self.platform == "cpu":
             faults = memory.seconds(graph, memory.temp_bytes(graph, kernels, pre),
@@ -136,12 +142,10 @@ class CostModel:
         return memory.DEFAULT_FAULT
 
     def prepare(self, kernels: Sequence[Kernel]) -> None:
-        """Called with the kernels `cost` is about to price, before any is: a model may
-        price them together."""
+        """Called with the kernels `cost` is about to price: a model may time them together."""
 
     def whole_seconds(self, graph: Graph, frozen: Iterable[int], summed: float) -> float | None:
-        """The graph's time measured as one program, where the kernel sum is not to be
-        trusted; None to use the sum."""
+        """The graph's time measured as one program where its kernels' sum is not trusted."""
         return None
 
     def timed_whole(self, graph: Graph, frozen: Iterable[int]) -> bool:
@@ -173,24 +177,21 @@ class Analytic(CostModel):
 class Measured(CostModel):
     """Each distinct kernel is timed once on this device and cached on disk; kernels that
     cannot run alone (effects) or fail to, fall back to the roofline."""
+    side_by_side = True
 
     WHOLE_BELOW = 5e-3      # seconds under which the program is timed whole
     PROBE = 4.0             # kernels summing under PROBE x WHOLE_BELOW: the first program
                             # of a signature is timed whole once, to see if it is short
     WHOLE_SAMPLE = 10e-3    # each sample of a whole program runs at least this long
-    WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN's program timed against
-                            # itself, settled (`pairing.SETTLE`), read 0.96-1.02 (sd 0.018)
-                            # as the median of 7 rounds (15 were taken when it read sd 0.09);
-                            # against another variant, 5-10%, not steadied by 15 rounds or
-                            # 50 ms samples (docs/history.md, NasRNN's whole-program prices)
+    WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN against itself read sd 0.018
+                            # in 7, against another variant 5-10% in 7 or 15 (docs/history.md)
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW,
                  compiler_options: compile_options.Options | None = None):
         header = device_header()
         self.platform = header["platform"]
-        # Kernels are timed compiled as the program will be (`compile_options`); each
-        # set of options has a cache file of its own.
+        # timed compiled as the program will be; a cache file per set (`compile_options`)
         self.options = dict(compiler_options or {})
         if self.options:
             header["options"] = compile_options.label(self.options)
