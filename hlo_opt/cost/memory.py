@@ -38,7 +38,7 @@ from jax import lax
 from hlo_opt import deadline
 from hlo_opt.cost import layouts, measure
 from hlo_opt.cost.cache import Cache
-from hlo_opt.cost.partition import BITCASTS, Kernel
+from hlo_opt.cost.partition import BITCASTS, Kernel, links
 from hlo_opt.ir import Graph, Value
 
 MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
@@ -71,7 +71,7 @@ def _depth_first(graph: Graph, kernels: Sequence[Kernel]) -> list[int]:
     """Kernel indices in a post-order from the graph's outputs, each kernel's producers
     visited largest first (by the bytes they and their producers make, counted as XLA's
     DFS scheduler counts them), then any kernel no output reads, in order."""
-    maker, producers = _links(kernels)
+    maker, producers = links(kernels)
     size = [0] * len(kernels)
     for i, k in enumerate(kernels):         # kernels come producers first
         size[i] = sum(v.type.nbytes for v in k.outputs) + sum(size[j] for j in producers[i])
@@ -91,17 +91,10 @@ def _depth_first(graph: Graph, kernels: Sequence[Kernel]) -> list[int]:
     return order
 
 
-def _links(kernels: Sequence[Kernel]) -> tuple[dict[Value, int], list[set[int]]]:
-    """(the index of the kernel that makes each value, for each kernel the indices of
-    the kernels that make what it reads)."""
-    maker = {v: i for i, k in enumerate(kernels) for v in k.outputs}
-    return maker, [{maker[v] for v in k.inputs if v in maker} for k in kernels]
-
-
 def _greedy(graph: Graph, kernels: Sequence[Kernel]) -> list[int]:
     """Kernel indices in a greedy order (XLA's list scheduler's rule): of the kernels
     whose producers have run, the one that frees the most bytes net of what it makes."""
-    _, producers = _links(kernels)
+    _, producers = links(kernels)
     readers: dict[int, set[int]] = {i: set() for i in range(len(kernels))}
     for i, made_by in enumerate(producers):
         for j in made_by:

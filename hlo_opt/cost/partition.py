@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import graphlib
 import hashlib
+from collections.abc import Sequence
 
 from hlo_opt import ops
 from hlo_opt.cost import layouts, library
@@ -279,6 +280,13 @@ def isolate(kernel: Kernel) -> Graph:
     return Graph(inputs, [env[v] if v not in order else
                           ops.make("transpose", [env[v]], permutation=order[v]).out()
                           for v in outputs])
+
+
+def links(kernels: Sequence[Kernel]) -> tuple[dict[Value, int], list[set[int]]]:
+    """(the index of the kernel that makes each value, for each kernel the indices of
+    the kernels that make what it reads)."""
+    maker = {v: i for i, k in enumerate(kernels) for v in k.outputs}
+    return maker, [{maker[v] for v in k.inputs if v in maker} for k in kernels]
 
 
 def structure(kernel: Kernel) -> tuple:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlo_opt.cost.partition import Kernel, structure
+from hlo_opt.cost.partition import Kernel, links, structure
 
 MOST = 64       # kernels priced together at most (a program of more compiles slowly)
 
@@ -27,10 +27,9 @@ def groups(kernels: Sequence[Kernel], alone: Sequence[bool]) -> list[list[int]]:
     at most `MOST` together, and every other kernel by itself. `alone[i]`: kernel i is
     priced by itself (precomputed, or not a program of its own). `kernels` come
     producers first, as `partition` makes them."""
-    made = {v: i for i, k in enumerate(kernels) for v in k.outputs}
     depth: list[int] = []
-    for k in kernels:
-        depth.append(1 + max((depth[made[v]] for v in k.inputs if v in made), default=0))
+    for producers in links(kernels)[1]:
+        depth.append(1 + max((depth[j] for j in producers), default=0))
     units: dict[tuple, list[int]] = {}
     for i, k in enumerate(kernels):
         key = (structure(k), depth[i]) if k.kind == "contract" and not alone[i] else i
