@@ -43,9 +43,9 @@ def scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
     now / seconds then) over the anchors that ran, or 1 if none ran; under 1 when the
     anchors' batches ran slow. Both ways: scaled up only (until 2026-11-29), a batch
     whose anchors had been timed in a slow spell left its new kernels on a faster scale
-    than the ones they replace, so every new form leaned cheap: four fresh pricings of
-    BERT with every dot in two read 0.80-1.11x the original (median 0.96; sd of log
-    0.099), scaled both ways 0.92-1.12x (median 1.02; 0.045), run at 1.00x; and its
+    than the ones they replace, so every new form leaned cheap: twelve fresh pricings
+    of BERT with every dot in two read 0.80-1.11x the original (median 0.96; sd of log
+    0.099), scaled both ways 0.92-1.12x (median 1.02; 0.045); it runs level; and its
     24 fidelity variants priced twice agreed at 0.15 one way, 0.69 both ways
     (`docs/history.md`)."""
     ratios = [now / then for now, then in anchors if not isinstance(now, Exception)]
