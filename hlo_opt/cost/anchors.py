@@ -39,9 +39,9 @@ class Anchors:
 
 
 def scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
-    """How much slower this batch ran than the anchors' batches: the median of (seconds
-    now / seconds then) over the anchors that ran, or 1 if none ran; under 1 when the
-    anchors' batches ran slow. Both ways: scaled up only (until 2026-11-29), a batch
+    """How much slower (or faster) this batch ran than the anchors' batches: the median
+    of (seconds now / seconds then) over the anchors that ran, or 1 if none ran; under
+    1 when the anchors' batches ran slow. Both ways: scaled up only (until 2026-11-29), a batch
     whose anchors had been timed in a slow spell left its new kernels on a faster scale
     than the ones they replace, so every new form leaned cheap: twelve fresh pricings
     of BERT with every dot in two read 0.80-1.11x the original (median 0.96; sd of log

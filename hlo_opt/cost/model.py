@@ -240,7 +240,7 @@ class Measured(CostModel):
 
         Dots and convs are timed on the scale of those timed before them
         (`anchors.py`): a batch with any also times again a few this object priced
-        before, and its new ones' seconds are divided by how much slower those ran."""
+        before, and its new ones' seconds divided by how much slower (or faster) those ran."""
         todo: dict[str, tuple] = {}
         added: list[tuple] = []
         for kernel in kernels:
