@@ -98,9 +98,13 @@ def _first_call(f, args) -> tuple[object, float]:
 
 
 def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
-                settle: float = 0.0) -> dict:
+                settle: float = 0.0, within: float = 0.0, most: int = 0) -> dict:
     """Time the contenders in alternating order (A B, B A, ...); see the module doc.
     The first contender is the baseline the ratios are taken against.
+
+    `within`: after the `repeats` rounds, more rounds, up to `most` in all, while the
+    rounds so far and one more of their average length fit in `within` seconds: a
+    program quick to time is measured more precisely in the same time a slow one takes.
 
     `settle`: each sample starts after untimed calls lasting this many seconds (at
     least one call), so that it times a program run again and again, as a user runs
@@ -116,13 +120,15 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
     slowest = max(per_call(f, args, 1) for f in contenders.values())
     number = max(1, math.ceil(SAMPLE_SECONDS / max(slowest, 1e-9)))
     samples = {name: [] for name in names}
-    for r in range(repeats):
+    start, r = time.perf_counter(), 0
+    while r < repeats or (0 < r < most and (time.perf_counter() - start) * (r + 1) / r <= within):
         for name in (names if r % 2 == 0 else names[::-1]):
             if settle:
                 settle_calls(contenders[name], args, settle)
             samples[name].append(per_call(contenders[name], args, number))
+        r += 1
     base = samples[names[0]]
-    result = {"number": number, "repeats": repeats, "ms": {}, "speedup": {}}
+    result = {"number": number, "repeats": r, "ms": {}, "speedup": {}}
     for name in names:
         result["ms"][name] = statistics.median(samples[name]) * 1e3
         if name == names[0]:

@@ -46,6 +46,25 @@ def test_interleaving_alternates_order_and_summarises_ratios():
         assert 0 < s["min"] <= s["median"] <= s["max"] and len(s["ratios"]) == 4
 
 
+@pytest.mark.parametrize("within, most, rounds", [
+    (0.0, 27, 3),      # no time given: the rounds asked for
+    (9.5, 27, 9),      # 1 s a round: a 10th would end at 10 s, past 9.5
+    (10.0, 5, 5),      # at most `most`
+    (100.0, 2, 3)])    # never fewer than asked
+def test_interleaving_adds_rounds_while_they_fit_in_the_time_given(monkeypatch, within,
+                                                                   most, rounds):
+    clock = [0.0]
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(bench, "per_call", lambda f, args, number: f() or 0.01)
+
+    def contender():                  # each sample of A or B takes half a second
+        clock[0] += 0.5
+    result = bench.interleaved({"A": contender, "B": contender}, (), repeats=3,
+                               within=within, most=most)
+    assert result["repeats"] == rounds
+    assert len(result["speedup"]["B"]["ratios"]) == rounds
+
+
 def _record(**extra):
     return {"model": "m", "config": {"batch": 1, "layout": "NHWC", "dtype": "bfloat16",
                                      "train": True},
