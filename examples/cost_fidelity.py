@@ -97,7 +97,7 @@ def round_robin(programs, rounds: int, within: float = 0.0
     seconds: a round of SqueezeNet's 24 variants takes 7 s, one of NASNet-A's 53. Eight
     fresh pricings of SqueezeNet's variants ranked them against a full run's 9 rounds
     at 0.81-0.91 (median 0.84), and against the 27 rounds of a run of its own at
-    0.86-0.95 (0.93): there the measurement, not the model, held the Spearman down
+    0.86-0.95 (0.94): there the measurement, not the model, held the Spearman down
     (one run of each; `docs/history.md`)."""
     timing = bench.interleaved({i: functools.partial(fn, *args)
                                 for i, (fn, args) in enumerate(programs)}, (), rounds,
