@@ -207,9 +207,9 @@ def scaling(model) -> list[dict]:
     costed), and its seconds are the host's speed as much as the search's: seed 0's
     search of Inception at 1 C block, 1,098 graphs each time, read 2.4-4.4 s over eight
     runs in three processes, and a fixed pure-Python loop 47-124 ms a call within 90 s,
-    its CPU time alike (2-core Intel host, 2026-12-01). So each seed's search runs `--scaling_repeats`
-    times and the least seconds are kept, as `timeit` takes the least of its repeats:
-    the host's slow spells are not the size's."""
+    its CPU time alike (2-core Intel host, 2026-12-01). So each seed's search runs
+    `--scaling_repeats` times and the least seconds are kept, as `timeit` takes the
+    least of its repeats: the host's slow spells are not the size's."""
     if isinstance(model, cost.Measured):
         model = cost.Measured(whole_below=0.0)
     series = [("resnet", int(k), dict(blocks=(int(k), 0, 0, 0))) for k in FLAGS.resnet_blocks]
