@@ -232,6 +232,23 @@ def ends(series, resamples: int = 2000) -> dict[str, tuple[float, float, float]]
     return out
 
 
+def at_most_linear(series) -> dict[str, list[str]]:
+    """Per series, the tests that show its time growing at most linearly: "ends" where
+    the seconds per operation at the largest size are shown at most those at the
+    smallest (`ends`' interval tops at 1 or under: at most proportional to the size),
+    "bend" where the seconds an operation adds are shown to fall with the size (`bend`'s
+    interval lies below zero: the time is concave, under its tangent at the largest
+    size, a line). Empty where neither shows it. Neither can show a straight line
+    through a negative intercept (a stem cheaper per operation than the blocks added to
+    it): both intervals straddle their bound however many seeds."""
+    ends_, bend_ = ends(series), bend(series)
+    return {family: [name for name, shown in
+                     (("ends", family in ends_ and ends_[family][2] <= 1),
+                      ("bend", family in bend_ and bend_[family][3] < 0)) if shown]
+            for family in dict.fromkeys(s["series"] for s in series)
+            if family in ends_ or family in bend_}
+
+
 def nlogn(series) -> dict[str, float]:
     """Per series, the ratio `ends` reads for time proportional to n log n in the
     operations n: log(largest) / log(smallest). A time exactly linear reads 1 at `ends`,

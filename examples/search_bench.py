@@ -388,7 +388,10 @@ def markdown(rows, series, exact, env) -> str:
                   "between them, one under the n log n ratio growth slower than n log n; "
                   "95% bootstrap interval over seeds): " +
                   ", ".join(f"{k} {r:.2f} [{lo:.2f}, {hi:.2f}] (n log n {nlogn[k]:.2f})"
-                            for k, (r, lo, hi) in bench.ends(series).items()) + "."]
+                            for k, (r, lo, hi) in bench.ends(series).items()) + ". "
+                  "Shown at most linear (`bench.at_most_linear`): " +
+                  ", ".join(f"{k} " + (f"by {' and '.join(by)}" if by else "not shown")
+                            for k, by in bench.at_most_linear(series).items()) + "."]
     if exact:
         lines += ["", f"Exactness (analytic cost): the default search found the enumerated "
                   f"optimum on **{exact['optimal']}/{exact['cases']}** small graphs "
@@ -411,7 +414,8 @@ def main(argv):
     payload = {"environment": env, "models": rows, "scaling": series,
                "growth": bench.growth(series), "line": bench.line(series),
                "bend": bench.bend(series), "ends": bench.ends(series),
-               "nlogn": bench.nlogn(series), "exact": exact}
+               "nlogn": bench.nlogn(series), "at_most_linear": bench.at_most_linear(series),
+               "exact": exact}
     bench.write_report("search_bench", payload, markdown(rows, series, exact, env),
                        FLAGS.out, FLAGS.readme)
 
