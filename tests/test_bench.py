@@ -203,7 +203,6 @@ def test_scaling_ends_tell_linear_time_from_n_log_n():
     assert ratio == pytest.approx(nlogn["n log n"], rel=0.05) and 1 < lo
 
 
-
 def test_at_most_linear_is_shown_by_the_ends_or_by_a_bend_down_and_by_neither_else():
     # Twelve seeds per point, +-5%, Inception's sizes: a dear stem (per operation the
     # ends fall: "ends"); a cheap stem under a bend down (the ends rise, as a cheap stem
@@ -222,6 +221,7 @@ def test_at_most_linear_is_shown_by_the_ends_or_by_a_bend_down_and_by_neither_el
     shown = bench.at_most_linear(series)
     assert shown == {"stem": ["ends"], "bends down": ["bend"], "offset": [], "square": []}
     assert bench.ends(series)["bends down"][1] > 1          # the ends alone cannot say it
+
 
 def test_table_shows_each_column_and_omits_a_missing_peer():
     text = bench.table([_record(), bench.failed("bert", RuntimeError("boom"), batch=1,
