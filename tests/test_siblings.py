@@ -41,6 +41,24 @@ def test_dots_of_one_structure_that_no_path_joins_are_one_unit():
     assert sorted(i for u in units for i in u) == list(range(len(kernels)))   # a partition
 
 
+def beside_a_loop(x, a, b, c):
+    """x @ a, and tanh(x) @ b beside it: a loop kernel before one of two like dots; then
+    (x @ a) @ c, after the first."""
+    first = x @ a
+    return first, jnp.tanh(x) @ b, first @ c
+
+
+def test_a_loop_before_one_dot_does_not_part_it_from_its_sibling():
+    kernels, units = units_of(beside_a_loop, X, *W[:3])
+    assert [k.kind for k in kernels].count("loop") == 1
+    assert sorted(len(u) for u in units if dots(kernels, u)) == [1, 2]
+    together = next(u for u in units if len(u) == 2)
+    # the two that no path joins, not the dot that reads the first one's result
+    assert {dots(kernels, [i])[0].inputs[0].node.op for i in together} == {"tanh", "input"}
+    after = next(u for u in units if dots(kernels, u) and len(u) == 1)
+    assert dots(kernels, after)[0].inputs[0].node.op == "dot_general"
+
+
 def test_kernels_priced_alone_and_other_kinds_stay_units_of_one(monkeypatch):
     kernels = partition(capture.capture(three_and_a_chain, (X, *W, NARROW)).graph)
     assert all(len(u) == 1 for u in siblings.groups(kernels, [True] * len(kernels)))

@@ -9,9 +9,14 @@ pieces. Priced one by one, BERT with every dot in 32 pieces came to 180 ms and r
 128 (the original: 122 priced, 130 run), and ResNeXt-50 with its grouped convs as 32
 plain ones each was priced level with the original and ran 1.19x faster.
 
-So contraction kernels of one structure at one depth of the kernel graph (the longest
-chain of kernels before it: two at one depth cannot reach each other) are timed as one
-program of all of them, reading what they share once, and each is priced its share.
+So contraction kernels of one structure at one contraction depth (the most dots and
+convs on a chain of kernels before it) are timed as one program of all of them, reading
+what they share once, and each is priced its share. Two at one contraction depth cannot
+reach each other: a path from one to the other passes the first, a contraction. The
+depth counts contractions only, so a loop or copy on one branch (a lone transpose of a
+conv relaid out by itself, a tanh before a dot) does not part a kernel from its
+siblings; counting every kernel did, and split NASNet-A's variants relaid in part into
+groups of one (`docs/history.md`, "Siblings grouped by contraction depth").
 """
 from __future__ import annotations
 
@@ -27,9 +32,10 @@ def groups(kernels: Sequence[Kernel], alone: Sequence[bool]) -> list[list[int]]:
     at most `MOST` together, and every other kernel by itself. `alone[i]`: kernel i is
     priced by itself (precomputed, or not a program of its own). `kernels` come
     producers first, as `partition` makes them."""
-    depth: list[int] = []
+    depth: list[int] = []       # contractions on the longest chain before each kernel
     for producers in links(kernels)[1]:
-        depth.append(1 + max((depth[j] for j in producers), default=0))
+        depth.append(max((depth[j] + (kernels[j].kind == "contract") for j in producers),
+                         default=0))
     units: dict[tuple, list[int]] = {}
     for i, k in enumerate(kernels):
         key = (structure(k), depth[i]) if k.kind == "contract" and not alone[i] else i
