@@ -12,11 +12,11 @@ plain ones each was priced level with the original and ran 1.19x faster.
 So contraction kernels of one structure at one contraction depth (the most dots and
 convs on a chain of kernels before it) are timed as one program of all of them, reading
 what they share once, and each is priced its share. Two at one contraction depth cannot
-reach each other: a path from one to the other passes the first, a contraction. The
-depth counts contractions only, so a loop or copy on one branch (a lone transpose of a
-conv relaid out by itself, a tanh before a dot) does not part a kernel from its
-siblings; counting every kernel did, and split NASNet-A's variants relaid in part into
-groups of one (`docs/history.md`, "Siblings grouped by contraction depth").
+reach each other: a chain from one to the other counts the first, a contraction. The
+depth counts contractions only, so a loop or copy on one branch (the lone transposes
+of a conv relaid out by itself, a tanh before a dot) does not part a kernel from its
+siblings, as counting every kernel did (`docs/history.md`, "sibling groups by
+contraction depth").
 """
 from __future__ import annotations
 
