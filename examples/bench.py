@@ -97,8 +97,27 @@ def _first_call(f, args) -> tuple[object, float]:
     return out, time.perf_counter() - start
 
 
+def least_call(f: Callable, args, seconds: float) -> float:
+    """The least seconds of one call of `f(*args)` among calls made one after another for
+    `seconds`, each timed alone and blocked until ready, the first left out (a program
+    switched to runs slow for its first calls: `interleaved`); two calls at least.
+    Interference only ever slows a call down, so the least reads the program's own time:
+    among 24 SqueezeNet variants timed in turns of 0.5 s, 16 rounds, the even rounds
+    ranked them against the odd at 0.86 by the least call, at 0.39 by the mean of the
+    calls after a 0.25 s settle, as `settle` times them (SRU 0.98 and 0.87; AMD host,
+    2026-12-02, `docs/history.md`)."""
+    times = []
+    end = time.perf_counter() + seconds
+    while len(times) < 2 or time.perf_counter() < end:
+        start = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
+
+
 def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
-                settle: float = 0.0, within: float = 0.0, most: int = 0) -> dict:
+                settle: float = 0.0, within: float = 0.0, most: int = 0,
+                least: bool = False) -> dict:
     """Time the contenders in alternating order (A B, B A, ...); see the module doc.
     The first contender is the baseline the ratios are taken against.
 
@@ -109,6 +128,8 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
     `settle`: each sample starts after untimed calls lasting this many seconds (at
     least one call), so that it times a program run again and again, as a user runs
     it: a short program switched to runs slow for tens of calls (`pairing.paired`).
+    With `least`, a sample is instead the least call of a turn of `settle` seconds
+    (`least_call`), every call of it timed.
     Among 24 SRU variants, the dots split in two read 1.22x the original timed after
     one untimed call (12 calls a sample), and 1.66x run alone for 60 calls after ten
     (medians of 9 rounds, `/tmp/s19/sru_blocks.py`). Among many contenders, a
@@ -123,6 +144,9 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
     start, r = time.perf_counter(), 0
     while r < repeats or (0 < r < most and (time.perf_counter() - start) * (r + 1) / r <= within):
         for name in (names if r % 2 == 0 else names[::-1]):
+            if least:
+                samples[name].append(least_call(contenders[name], args, settle))
+                continue
             if settle:
                 settle_calls(contenders[name], args, settle)
             samples[name].append(per_call(contenders[name], args, number))

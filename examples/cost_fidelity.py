@@ -78,7 +78,7 @@ flags.DEFINE_string("rescore", None, "A cost_fidelity.json of a run made with --
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
-SETTLE = 0.25         # seconds of untimed calls before each timing sample (`bench.interleaved`)
+TURN = 0.5            # seconds a program runs at its turn, its least call the sample (`bench.least_call`)
 
 def program(graph, frozen_inputs, args, options=None):
     """(jitted per-call program, its arguments): weight-only work done once, up front,
@@ -89,19 +89,27 @@ def program(graph, frozen_inputs, args, options=None):
 def round_robin(programs, rounds: int, within: float = 0.0
                 ) -> tuple[list[float], list[list[float]]]:
     """Median seconds per call of each (fn, args), timed interleaved as the benchmarks
-    do, each sample after `SETTLE` seconds of untimed calls (the cost model prices a
-    program run again and again, as a user runs it, not one that 23 others ran
-    before: see `bench.interleaved`), and each one's per-round speed-up over the first.
+    do, and each one's per-round speed-up over the first. A sample is the least call of
+    a turn of `TURN` seconds, every call timed, the first left out (`bench.least_call`:
+    the cost model prices a program run again and again, as a user runs it, not one
+    that 23 others ran before, and reads its kernels' least samples, as interference
+    only slows a call). Against the mean of the calls after 0.25 s of untimed ones, as
+    the rounds were timed until 2026-12-02, the even rounds ranked the variants against
+    the odd at 0.86 (0.39) on SqueezeNet, 0.92 (0.76) on NasRNN, 0.98 (0.87) on SRU,
+    0.92 (0.94) on ResNeXt-50 (136 ms a call: three calls a turn) and 0.51 (0.55) on
+    BERT, whose variants tie; and two fresh pricings ranked SqueezeNet's at 0.92 and
+    0.93 (0.45, 0.41): the kernels are priced by their least samples, and the measurement
+    now reads the same thing (16 rounds each, AMD host, `docs/history.md`).
 
     At least `rounds`, then more, up to three times as many, while they fit in `within`
-    seconds: a round of SqueezeNet's 24 variants takes 7 s, one of NASNet-A's 53. Eight
+    seconds: a round of SqueezeNet's 24 variants takes 12 s, one of NASNet-A's 53. Eight
     fresh pricings of SqueezeNet's variants ranked them against a full run's 9 rounds
     at 0.81-0.91 (median 0.84), and against the 27 rounds of a run of its own at
     0.86-0.95 (0.94): there the measurement, not the model, held the Spearman down
     (one run of each; `docs/history.md`)."""
     timing = bench.interleaved({i: functools.partial(fn, *args)
                                 for i, (fn, args) in enumerate(programs)}, (), rounds,
-                               settle=SETTLE, within=within, most=3 * rounds)
+                               settle=TURN, least=True, within=within, most=3 * rounds)
     ratios = [[1.0] * timing["repeats"]] + [timing["speedup"][i]["ratios"]
                                             for i in range(1, len(programs))]
     return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios
@@ -382,7 +390,7 @@ def _case(label, paper, graphs, frozen_inputs, leaves, model) -> dict:
     predicted = [model.cost(g, frozen_inputs).total for g in graphs]
     timing = bench.interleaved({i: functools.partial(fn, *a) for i, (fn, a) in enumerate(
         program(g, frozen_inputs, x) for g, x in zip(graphs, leaves))}, (),
-        max(FLAGS.rounds, CASE_ROUNDS), settle=SETTLE)
+        max(FLAGS.rounds, CASE_ROUNDS), settle=TURN, least=True)
     pred = predicted[0] / predicted[1]
     ratio = timing["speedup"][1]             # per-round ratios, median and spread
     sign = bench.sign_of(ratio["ratios"])
