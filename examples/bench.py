@@ -101,11 +101,8 @@ def least_call(f: Callable, args, seconds: float) -> float:
     """The least seconds of one call of `f(*args)` among calls made one after another for
     `seconds`, each timed alone and blocked until ready, the first left out (a program
     switched to runs slow for its first calls: `interleaved`); two calls at least.
-    Interference only ever slows a call down, so the least reads the program's own time:
-    among 24 SqueezeNet variants timed in turns of 0.5 s, 16 rounds, the even rounds
-    ranked them against the odd at 0.86 by the least call, at 0.39 by the mean of the
-    calls after a 0.25 s settle, as `settle` times them (SRU 0.98 and 0.87; AMD host,
-    2026-12-02, `docs/history.md`)."""
+    Interference only ever slows a call down, so the least reads the program's own time
+    (what it bought the fidelity benchmark: `cost_fidelity.round_robin`)."""
     times = []
     end = time.perf_counter() + seconds
     while len(times) < 2 or time.perf_counter() < end:

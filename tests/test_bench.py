@@ -65,15 +65,18 @@ def test_interleaving_adds_rounds_while_they_fit_in_the_time_given(monkeypatch, 
     assert len(result["speedup"]["B"]["ratios"]) == rounds
 
 
-def _scripted(monkeypatch, durations):
-    """A clock and a program whose calls take `durations` seconds of it, one by one."""
-    clock, left = [0.0], list(durations)
+def _scripted(monkeypatch, **durations):
+    """A clock and, per name, a program whose calls take its `durations` seconds of it,
+    one by one; the scripts are emptied as the calls are made."""
+    clock, left = [0.0], {name: list(d) for name, d in durations.items()}
 
-    def program():
-        clock[0] += left.pop(0)
-        return np.zeros(())
+    def program(name):
+        def run():
+            clock[0] += left[name].pop(0)
+            return np.zeros(())
+        return run
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
-    return program, left
+    return {name: program(name) for name in durations}, left
 
 
 @pytest.mark.parametrize("durations, seconds, least, calls", [
@@ -82,31 +85,25 @@ def _scripted(monkeypatch, durations):
     ([0.4, 0.2, 9.0], 0.5, 0.2, 2)])             # the turn ends once its time is up
 def test_least_call_is_the_least_call_after_the_first(monkeypatch, durations, seconds,
                                                       least, calls):
-    program, left = _scripted(monkeypatch, durations)
-    assert bench.least_call(program, (), seconds) == pytest.approx(least)
-    assert len(durations) - len(left) == calls
+    programs, left = _scripted(monkeypatch, p=durations)
+    assert bench.least_call(programs["p"], (), seconds) == pytest.approx(least)
+    assert len(durations) - len(left["p"]) == calls
 
 
 def test_interleaving_with_least_takes_each_turns_least_call(monkeypatch):
     # each: its warm-up call and the call choosing the sample size, then its two turns
     # of a second (round 1: A B, round 2: B A), each its calls until the second is up
-    a = [1.0, 1.0] + [0.3, 0.5, 0.7] + [0.2, 0.6, 0.8]
-    b = [2.0, 2.0] + [0.2, 1.0] + [0.1, 0.8, 1.1]
-    script = {"A": list(a), "B": list(b)}
-    clock = [0.0]
+    programs, left = _scripted(monkeypatch, A=[1.0, 1.0] + [0.3, 0.5, 0.7] + [0.2, 0.6, 0.8],
+                               B=[2.0, 2.0] + [0.2, 1.0] + [0.1, 0.8, 1.1])
 
-    def contender(name):
-        def run():
-            clock[0] += script[name].pop(0)
-            return np.zeros(())
-        return run
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(bench, "per_call", lambda f, args, number: f() and 0 or 1.0)
-    result = bench.interleaved({"A": contender("A"), "B": contender("B")}, (), repeats=2,
-                               settle=1.0, least=True)
+    def one_call(f, args, number):      # the call choosing the sample size: one of each
+        f()
+        return 1.0
+    monkeypatch.setattr(bench, "per_call", one_call)
+    result = bench.interleaved(programs, (), repeats=2, settle=1.0, least=True)
     assert result["ms"] == {"A": pytest.approx(550.0), "B": pytest.approx(900.0)}
     assert result["speedup"]["B"]["ratios"] == [pytest.approx(0.5), pytest.approx(0.75)]
-    assert script == {"A": [], "B": []}
+    assert left == {"A": [], "B": []}
 
 
 def _record(**extra):
