@@ -38,7 +38,7 @@ import hlo_opt
 import models
 from hlo_opt import compile_options
 from hlo_opt.check import agreement, differs, tolerance
-from hlo_opt.cost.measure import per_call
+from hlo_opt.cost.measure import least_call, per_call
 from hlo_opt.cost.pairing import settle as settle_calls
 from hlo_opt.cost.model import cpu_model
 
@@ -95,21 +95,6 @@ def _first_call(f, args) -> tuple[object, float]:
     start = time.perf_counter()
     out = _call(f, args)
     return out, time.perf_counter() - start
-
-
-def least_call(f: Callable, args, seconds: float) -> float:
-    """The least seconds of one call of `f(*args)` among calls made one after another for
-    `seconds`, each timed alone and blocked until ready, the first left out (a program
-    switched to runs slow for its first calls: `interleaved`); two calls at least.
-    Interference only ever slows a call down, so the least reads the program's own time
-    (what it bought the fidelity benchmark: `cost_fidelity.round_robin`)."""
-    times = []
-    end = time.perf_counter() + seconds
-    while len(times) < 2 or time.perf_counter() < end:
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - start)
-    return min(times[1:])
 
 
 def interleaved(contenders: dict[str, Callable], args, repeats: int, *,

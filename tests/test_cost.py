@@ -414,8 +414,8 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
 
 def test_a_program_timed_against_its_reference_is_compiled_before_the_timing(tmp_path,
                                                                              monkeypatch):
-    """`pairing.ratio` sizes its samples (and settles them or not) off its first calls:
-    a compile among them reads as one very long call."""
+    """A compile in `pairing.ratio`'s first turn would be the call it leaves out, and
+    leave that turn one call to read."""
     x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
     compiled, real = [], pairing.ratio
 
@@ -671,6 +671,27 @@ def test_a_pairing_takes_no_round_after_the_limit(monkeypatch):
     with deadline.stop_when(lambda: len(settled) >= 2), pytest.raises(deadline.OutOfTime):
         pairing.paired(ours, (x,), theirs, (x,), rounds=7, min_sample=1e-4)
     assert len(settled) == 2            # the first round's two samples, then the limit
+
+
+def test_a_whole_program_is_priced_by_the_median_of_its_turns_least_calls(monkeypatch):
+    """`pairing.ratio`: each round ours over theirs, each the least call of a turn of
+    `TURN` seconds, ours first in even rounds; the median of the rounds. A limit
+    passing mid-pairing stops it before the next round."""
+    from hlo_opt.cost import measure
+    turns = []
+    least = {"ours": iter([2.0, 1.0, 3.0, 9.0]), "ref": iter([1.0, 1.0, 2.0, 9.0])}
+
+    def least_call(fn, args, seconds):
+        turns.append((fn, seconds))
+        return next(least[fn])
+    monkeypatch.setattr(measure, "least_call", least_call)
+    monkeypatch.setattr(measure, "warm_up", lambda: None)
+    assert pairing.ratio("ours", (), "ref", (), rounds=3) == pytest.approx(1.5)  # 2, 1, 1.5
+    assert turns == [(f, pairing.TURN) for f in ("ours", "ref", "ref", "ours", "ours", "ref")]
+    turns.clear()
+    with deadline.stop_when(lambda: len(turns) >= 2), pytest.raises(deadline.OutOfTime):
+        pairing.ratio("ours", (), "ref", (), rounds=7)
+    assert len(turns) == 2
 
 
 def test_kernels_of_a_program_timed_whole_are_not_timed_alone(tmp_path):

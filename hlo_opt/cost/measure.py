@@ -28,7 +28,7 @@ from hlo_opt.ir import Graph, Node, TensorType, copy_nodes
 from hlo_opt.params import Params
 
 EPSILON = 1e-7
-METHOD = 7         # bump when timing changes: the cache keeps no entry timed another way
+METHOD = 8         # bump when timing changes: the cache keeps no entry timed another way
 SHORT = 1e-3       # programs faster than this are timed as COPIES instances in one call
 COPIES = 8
 MAX_ROTATION = 32  # copies of a program's cold inputs at most (`rotating`)
@@ -68,6 +68,21 @@ def per_call(fn: Callable, args, number: int) -> float:
     for _ in range(number):
         jax.block_until_ready(fn(*args))
     return (time.perf_counter() - start) / number
+
+
+def least_call(fn: Callable, args, seconds: float) -> float:
+    """The least seconds of one call of `fn(*args)` among calls made one after another
+    for `seconds`, each timed alone and blocked until ready, the first left out (a
+    program switched to runs slow for its first calls: `pairing.ratio`); two calls at
+    least. Interference only ever slows a call down, so the least reads the program's
+    own time."""
+    times = []
+    end = time.perf_counter() + seconds
+    while len(times) < 2 or time.perf_counter() < end:
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
 
 
 def sample_size(fn: Callable, args, min_sample: float) -> int:

@@ -182,9 +182,10 @@ class Measured(CostModel):
     WHOLE_BELOW = 5e-3      # seconds under which the program is timed whole
     PROBE = 4.0             # kernels summing under PROBE x WHOLE_BELOW: the first program
                             # of a signature is timed whole once, to see if it is short
-    WHOLE_SAMPLE = 10e-3    # each sample of a whole program runs at least this long
-    WHOLE_ROUNDS = 7        # paired rounds per candidate: NasRNN against itself read sd 0.018
-                            # in 7, against another variant 5-10% in 7 or 15 (docs/history.md)
+    WHOLE_SAMPLE = 10e-3    # each sample of a reference timed whole runs at least this long
+    WHOLE_ROUNDS = 7        # paired rounds per candidate (`pairing.ratio`, its turns of
+                            # `pairing.TURN`): NasRNN against itself read sd 0.018 in 7
+                            # 10 ms samples, against another variant 5-10% in 7 or 15
 
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW,
@@ -367,10 +368,11 @@ class Measured(CostModel):
                                                  min_sample=self.WHOLE_SAMPLE,
                                                  options=self.options)
                 else:
-                    # Each compiled here, not in `ratio`'s first calls: those choose its
-                    # sample size and whether to settle, and a compile read as a call made
-                    # each sample one unsettled call (NasRNN's dots split in eight, 1.22x
-                    # the original paired when compiled first, priced 0.96x).
+                    # Each compiled here, not in `ratio`'s first turn: a compile there is
+                    # the call left out, and the turn one call short (when `ratio` chose
+                    # its sample size off its first calls, a compile among them made each
+                    # sample one unsettled call: NasRNN's dots split in eight, 1.22x the
+                    # original paired when compiled first, priced 0.96x).
                     if ref[1] is None:
                         ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
                         jax.block_until_ready(ref[1][0](*ref[1][1]))
@@ -379,8 +381,7 @@ class Measured(CostModel):
                     jax.block_until_ready(fn(*args))
                     try:
                         deadline.check()
-                        ratio = pairing.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS,
-                                              min_sample=self.WHOLE_SAMPLE, warm=True)
+                        ratio = pairing.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS)
                     finally:
                         measure.release(fn)
                     seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)

@@ -2,9 +2,10 @@
 
 On a shared machine the speed of one program drifts by tens of percent within a minute;
 timed in alternating rounds, two programs drift together and their ratio stays. The cost
-model times a candidate whole against its signature's reference this way (`ratio`), and
-the pipeline chooses compile options and keeps or drops its result by it (`paired`).
-Calls are timed by `measure.per_call`, after `measure.warm_up`.
+model times a candidate whole against its signature's reference this way (`ratio`, by
+least calls), and the pipeline chooses compile options and keeps or drops its result
+by it (`paired`, by the mean of a sample's calls). Calls are timed by `measure`, after
+`measure.warm_up`.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 from hlo_opt import deadline
 from hlo_opt.cost import measure
 
+TURN = 0.05        # `ratio`: seconds each program runs at its turn, its least call read
 SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
@@ -31,14 +33,43 @@ def settle(fn: Callable, args, seconds: float) -> None:
 
 
 def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
-          min_sample: float = 10e-3, warm: bool = False) -> float:
-    """Median over `rounds` of (seconds per call of `fn`) / (seconds per call of `ref`),
-    the two timed back to back in alternating order. On a shared machine the speed of
-    the same program drifts by tens of percent within a minute (a three-dot program read
-    2.8 ms, then 4.5 ms, in one process on the 2-core VM); a pair timed together drifts
-    together, and the ratio stays."""
-    return paired(fn, args, ref, ref_args, rounds=rounds, min_sample=min_sample,
-                  warm=warm)[0]
+          turn: float = TURN) -> float:
+    """Median over `rounds` of (least call of `fn`) / (least call of `ref`), the two run
+    back to back in alternating order, each for `turn` seconds at its turn
+    (`measure.least_call`: every call timed, the first after the switch left out). On a
+    shared machine the speed of the same program drifts by tens of percent within a
+    minute (a three-dot program read 2.8 ms, then 4.5 ms, in one process on the 2-core
+    VM); a pair timed together drifts together, and the ratio stays.
+
+    The least call of a turn, as the fidelity benchmark reads a program run again and
+    again (`cost_fidelity.round_robin`), not the mean of 10 ms of calls after 10 ms of
+    settling (`paired`'s samples, as the cost model read them until 2026-12-02): a
+    short program switched to every few calls reads slower than it runs, and NasRNN's
+    original, dozens of small dots on both threads, most so. Against the fidelity
+    benchmark's measure of NasRNN's and SRU's 24 variants (16 rounds of least calls of
+    0.5 s turns), two fresh pricings each, 7 rounds of 50 ms turns ranked NasRNN's at
+    Spearman 0.90 and 0.95 (10 ms means: 0.72, 0.80) and SRU's at 0.92 and 0.94
+    (0.71, 0.81), the two pricings agreed at 0.86 and 0.90 (0.75, 0.76), and NasRNN's
+    speed-up error's median was 13-16% (35-44%), for 1.7 s more a variant (AMD host,
+    `docs/history.md`). Turns of 0.2 s with the first half untimed halved that error and
+    ranked no better, for twice the time.
+
+    Each round starts with `deadline.check`, as each sample of `measure.least_in_rounds`
+    does: a short candidate's pairing begun just before a search's limit otherwise ran
+    all its rounds after it. Both programs should be compiled already: a compile is the
+    first call of a turn, left out, but it leaves that turn one call."""
+    measure.warm_up()
+    ratios = []
+    for r in range(rounds):
+        deadline.check()        # a search's limit can pass mid-pairing: no round after it
+        if r % 2:
+            theirs = measure.least_call(ref, ref_args, turn)
+            ours = measure.least_call(fn, args, turn)
+        else:
+            ours = measure.least_call(fn, args, turn)
+            theirs = measure.least_call(ref, ref_args, turn)
+        ratios.append(ours / theirs)
+    return float(np.median(ratios))
 
 
 def paired(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
