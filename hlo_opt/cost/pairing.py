@@ -50,7 +50,7 @@ def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     0.5 s turns), two fresh pricings each, 7 rounds of 50 ms turns ranked NasRNN's at
     Spearman 0.90 and 0.95 (10 ms means: 0.72, 0.80) and SRU's at 0.92 and 0.94
     (0.71, 0.81), the two pricings agreed at 0.86 and 0.90 (0.75, 0.76), and NasRNN's
-    speed-up error's median was 13-16% (35-44%), for 1.7 s more a variant (AMD host,
+    speed-up error's median was 13-16% (35-44%), for 0.4-1.7 s more a variant (AMD host,
     `docs/history.md`). Turns of 0.2 s with the first half untimed halved that error and
     ranked no better, for twice the time.
 
