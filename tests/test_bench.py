@@ -90,6 +90,12 @@ def test_least_call_is_the_least_call_after_the_first(monkeypatch, durations, se
     assert len(durations) - len(left["p"]) == calls
 
 
+def test_least_call_stops_at_most_calls(monkeypatch):
+    programs, left = _scripted(monkeypatch, p=[0.05, 0.3, 0.2, 0.1, 9.0])
+    assert bench.least_call(programs["p"], (), 10.0, most=3) == pytest.approx(0.2)
+    assert left["p"] == [0.1, 9.0]
+
+
 def test_interleaving_with_least_takes_each_turns_least_call(monkeypatch):
     # each: its warm-up call and the call choosing the sample size, then its two turns
     # of a second (round 1: A B, round 2: B A), each its calls until the second is up

@@ -681,8 +681,9 @@ def test_a_whole_program_is_priced_by_the_median_of_its_turns_least_calls(monkey
     turns = []
     least = {"ours": iter([2.0, 1.0, 3.0, 9.0]), "ref": iter([1.0, 1.0, 2.0, 9.0])}
 
-    def least_call(fn, args, seconds):
+    def least_call(fn, args, seconds, most):
         turns.append((fn, seconds))
+        assert most == pairing.TURN_CALLS
         return next(least[fn])
     monkeypatch.setattr(measure, "least_call", least_call)
     monkeypatch.setattr(measure, "warm_up", lambda: None)

@@ -70,15 +70,15 @@ def per_call(fn: Callable, args, number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
-def least_call(fn: Callable, args, seconds: float) -> float:
+def least_call(fn: Callable, args, seconds: float, most: int = 0) -> float:
     """The least seconds of one call of `fn(*args)` among calls made one after another
-    for `seconds`, each timed alone and blocked until ready, the first left out (a
-    program switched to runs slow for its first calls: `pairing.ratio`); two calls at
-    least. Interference only ever slows a call down, so the least reads the program's
-    own time."""
+    for `seconds` (and no more than `most` calls, if given), each timed alone and
+    blocked until ready, the first left out (a program switched to runs slow for its
+    first calls: `pairing.ratio`); two calls at least. Interference only ever slows a
+    call down, so the least reads the program's own time."""
     times = []
     end = time.perf_counter() + seconds
-    while len(times) < 2 or time.perf_counter() < end:
+    while len(times) < 2 or (time.perf_counter() < end and len(times) != most):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)

@@ -18,7 +18,8 @@ import numpy as np
 from hlo_opt import deadline
 from hlo_opt.cost import measure
 
-TURN = 0.05        # `ratio`: seconds each program runs at its turn, its least call read
+TURN = 0.05        # `ratio`: seconds each program runs at its turn, its least call read,
+TURN_CALLS = 64    # ... or this many calls, if fewer (NasRNN's variants make 20-45)
 SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
@@ -33,10 +34,12 @@ def settle(fn: Callable, args, seconds: float) -> None:
 
 
 def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
-          turn: float = TURN) -> float:
+          turn: float = TURN, most: int = TURN_CALLS) -> float:
     """Median over `rounds` of (least call of `fn`) / (least call of `ref`), the two run
-    back to back in alternating order, each for `turn` seconds at its turn
-    (`measure.least_call`: every call timed, the first after the switch left out). On a
+    back to back in alternating order, each for `turn` seconds at its turn or `most`
+    calls if fewer (`measure.least_call`: every call timed, the first after the switch
+    left out; a 0.05 ms program's turn is 3 ms, not 50: the tests' hlo_opt.jit searches
+    price hundreds of them). On a
     shared machine the speed of the same program drifts by tens of percent within a
     minute (a three-dot program read 2.8 ms, then 4.5 ms, in one process on the 2-core
     VM); a pair timed together drifts together, and the ratio stays.
@@ -63,11 +66,11 @@ def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     for r in range(rounds):
         deadline.check()        # a search's limit can pass mid-pairing: no round after it
         if r % 2:
-            theirs = measure.least_call(ref, ref_args, turn)
-            ours = measure.least_call(fn, args, turn)
+            theirs = measure.least_call(ref, ref_args, turn, most)
+            ours = measure.least_call(fn, args, turn, most)
         else:
-            ours = measure.least_call(fn, args, turn)
-            theirs = measure.least_call(ref, ref_args, turn)
+            ours = measure.least_call(fn, args, turn, most)
+            theirs = measure.least_call(ref, ref_args, turn, most)
         ratios.append(ours / theirs)
     return float(np.median(ratios))
 
