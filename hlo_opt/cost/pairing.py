@@ -19,7 +19,7 @@ from hlo_opt import deadline
 from hlo_opt.cost import measure
 
 TURN = 0.05        # `ratio`: seconds each program runs at its turn, its least call read,
-TURN_CALLS = 64    # ... or this many calls, if fewer (NasRNN's variants make 20-45)
+TURN_CALLS = 64    # ... or this many calls, if fewer (NasRNN's and SRU's variants make 10-50)
 SETTLE = 0.01      # `paired`: seconds of untimed calls before each sample of a shorter program
 DECIDED_AFTER = 3          # `paired` with `decide`: rounds before it may stop early,
 DECIDED_MARGIN = 0.1       # when every ratio is this far beyond the decision, one side
