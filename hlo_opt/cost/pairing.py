@@ -38,8 +38,8 @@ def ratio(fn: Callable, args, ref: Callable, ref_args, *, rounds: int = 7,
     """Median over `rounds` of (least call of `fn`) / (least call of `ref`), the two run
     back to back in alternating order, each for `turn` seconds at its turn or `most`
     calls if fewer (`measure.least_call`: every call timed, the first after the switch
-    left out; a 0.05 ms program's turn is 3 ms, not 50: the tests' hlo_opt.jit searches
-    price hundreds of them). On a
+    left out; a 0.05 ms program's turn is 3 ms, not 50: a search prices hundreds of
+    such programs, and the test suite's searches ran on course for 40 minutes). On a
     shared machine the speed of the same program drifts by tens of percent within a
     minute (a three-dot program read 2.8 ms, then 4.5 ms, in one process on the 2-core
     VM); a pair timed together drifts together, and the ratio stays.
