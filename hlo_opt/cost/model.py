@@ -368,11 +368,9 @@ class Measured(CostModel):
                                                  min_sample=self.WHOLE_SAMPLE,
                                                  options=self.options)
                 else:
-                    # Each compiled here, not in `ratio`'s first turn: a compile there is
-                    # the call left out, and the turn one call short (when `ratio` chose
-                    # its sample size off its first calls, a compile among them made each
-                    # sample one unsettled call: NasRNN's dots split in eight, 1.22x the
-                    # original paired when compiled first, priced 0.96x).
+                    # Each compiled here, not in `ratio`'s first turn: there a compile is
+                    # the call left out, leaving that turn one call to read (read as a
+                    # call, it once made NasRNN's dots split in eight 1.22x, not 0.96x).
                     if ref[1] is None:
                         ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
                         jax.block_until_ready(ref[1][0](*ref[1][1]))
