@@ -5,6 +5,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 from hlo_opt import capture, emit
@@ -130,3 +131,45 @@ def test_xla_folds_the_isolated_relayout_into_the_conv():
     plain = [k for k in part.partition(g) if k.kind == "contract"][1]
     assert len(middle.relaid) == 2 and not plain.relaid
     assert copies(middle) == 1 < copies(plain) == 3
+
+
+def _avg(x):
+    return lax.reduce_window(x, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 1, 1), "SAME")
+
+
+def _cell(y_pooled: bool, second_conv: bool, from_input: bool = False):
+    """One add after an NCHW conv, of the conv's input `y` (or of a second conv's
+    result); `y` pooled besides, or not; `y` the program's input, or a conv's relu."""
+    def fn(x, a, b, c):
+        y = x if from_input else jax.nn.relu(conv(x, a))
+        s = conv(y, b) + (conv(y, c) if second_conv else y)
+        out = conv(s, c)
+        return (out, _avg(y)) if y_pooled else out
+    return fn
+
+
+ADDS = {   # name: (program, what XLA makes of the add)
+    "pooled_input_of_the_conv": (_cell(True, False), "logical"),
+    "unpooled_input_of_the_conv": (_cell(False, False), "conv"),
+    "two_convs_of_a_pooled_value": (_cell(True, True), "conv"),
+    "a_parameter": (_cell(False, False, from_input=True), "logical"),
+    "a_pool": (lambda x, a, b, c: conv(conv(jax.nn.relu(conv(x, a)), b) +
+                                      _avg(jax.nn.relu(conv(x, a))), c), "logical"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADDS))
+def test_an_add_after_a_conv_is_laid_out_as_xla_lays_it_out(name):
+    # XLA CPU (layout assignment, then layout normalisation) makes the add on a
+    # channels-last [1, 12, 12, 8] array, or on the logical [1, 8, 12, 12] one.
+    fn, expected = ADDS[name]
+    x = jnp.ones((1, 8, 12, 12))
+    a, b, c = (jnp.ones((8, 8, 1, 1)) * k for k in (1, 2, 3))
+    text = jax.jit(fn).lower(x, a, b, c).compile().as_text()
+    shapes = set(re.findall(r"= f32\[([\d,]+)\]\{[\d,]+\} add\(", text))
+    xla = {"1,12,12,8": "conv", "1,8,12,12": "logical"}
+    assert {xla[s] for s in shapes} == {expected}
+    g = capture.capture(fn, (x, a, b, c)).graph
+    (add,) = [n for n in g.nodes if n.op == "add"]
+    orders = layouts.memory_orders(g)
+    assert orders.get(add.out(), "logical") == {"conv": (0, 2, 3, 1), "logical": "logical"}[expected]

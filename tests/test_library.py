@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 from hlo_opt import capture, compile_options, cost, emit
-from hlo_opt.cost import library
+from hlo_opt.cost import layouts, library
 from hlo_opt.cost import partition as part
 
 pytestmark = pytest.mark.skipif(
@@ -155,3 +155,37 @@ def test_the_measured_model_prices_a_library_fusion_as_one_kernel_only_under_the
 
     assert convs_per_kernel(compile_options.YNN_ELTWISE)[-1] == 2
     assert convs_per_kernel(compile_options.NO_YNN)[-2:] == [1, 1]
+
+
+def test_a_value_read_through_a_copy_ends_a_library_fusion():
+    """NASNet-A's NCHW cell: `sep(y) + y` with `y` pooled too is added in the logical
+    order (`layouts.memory_orders`), so the separable conv's result is copied into it:
+    no fusion reaches the depthwise conv or the 1x1 conv (a conv and a dot of XLA's
+    own), while `sep(sep(y)) + sep'(y)` is one call. Without the orders, the first add
+    was predicted to take both convs in."""
+    nchw = ("NCHW", "OIHW", "NCHW")
+
+    def c(x, w, groups=1):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=nchw,
+                                        feature_group_count=groups)
+
+    def cell(x, dw, pw, w):
+        y = jax.nn.relu(c(x, pw))
+        sep = lambda v, k: c(c(v, dw * k, 32), pw * k)  # noqa: E731 (k: weights apart)
+        pooled = lax.reduce_window(y, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 1, 1), "SAME")
+        out = jnp.concatenate([sep(y, 1.0) + y, sep(sep(y, 2.0), 3.0) + sep(y, 4.0),
+                               pooled + y], 1)
+        return c(out, w)
+    args = (ones((1, 32, 16, 16)), ones((32, 1, 3, 3)), ones((32, 32, 1, 1)),
+            ones((32, 96, 1, 1)))
+    graph = capture.capture(cell, args).graph
+    text = compile_options.jit(emit.to_callable(graph), compile_options.YNN_ELTWISE) \
+        .lower(*args).compile().as_text()
+    orders = layouts.memory_orders(graph)
+    groups = library.groups(graph, orders=orders)
+    inside = {n for g in groups for n in g}
+    predicted = (sorted(tuple(sum(n.op == op for n in g) for op in CONTRACTIONS)
+                        for g in groups if any(n.op in CONTRACTIONS for n in g)),
+                 sum(n.op in CONTRACTIONS and n not in inside for n in graph.nodes))
+    assert predicted == _fused(text)
+    assert predicted[1] >= 2 and _predicted(graph) != predicted

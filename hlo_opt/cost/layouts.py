@@ -3,13 +3,13 @@
 XLA CPU runs every convolution as a library kernel (`ynn_fusion`) on channels-last data:
 batch, spatial..., feature for the activation and the result; spatial..., in, out for
 the weight. A conv written NCHW / OIHW is given those layouts by XLA's layout
-assignment, and the layouts spread through what can take any layout: an elementwise
-loop fusion, a concatenate, a reduction fused into its input loop. Transposing copies
-are left only where a layout is fixed: the program's parameters (the input image, every
-weight, each call) and results, and pooling (`reduce-window`), which keeps the logical
-order. In SqueezeNet's NCHW program (26 convs) the copies are 27 of parameters, 2 on
-each side of its 3 max-pools and 8 that are its fire modules' concatenates; none between
-a conv, its relu and the next conv.
+assignment, and the layouts spread forward to what can take any layout: an elementwise
+loop fusion, a reduction fused into its input loop. Transposing copies are left where a
+layout is fixed: the program's parameters (the input image, every weight, each call)
+and results, pooling (`reduce-window`) and concatenates, which keep the logical order,
+and an elementwise op whose operands come in two orders. In SqueezeNet's NCHW program
+(26 convs) the copies are 27 of parameters, 2 on each side of its 3 max-pools and 8
+that are its fire modules' concatenates; none between a conv, its relu and the next conv.
 
 A conv timed alone with logical-order operands gets a copy on each side that the
 program does not have: 1.2-1.8x the conv's time for SqueezeNet's and ResNet's 1x1 and
@@ -54,62 +54,116 @@ def _identity(perm: Perm) -> bool:
 
 def memory_orders(graph: Graph) -> dict[Value, Perm]:
     """The memory order XLA CPU's layout assignment gives each value that is not in the
-    logical one. Fixed, in this priority: the program's parameters and results (logical),
-    then what an op makes in its own order (a conv's result in the conv's; pooling, a
-    dot, an opaque op: logical), then what an op reads in one (a conv's activation and
-    weight in the conv's; a dot's, pooling's, a reshape's operands: logical). The rest take
-    the order of the nearest fixed value (breadth first, ties to the first fixed), along
-    the ops that pass a layout on: elementwise ops between same-shape operands and
-    result, and the same-rank layout ops (a transpose permutes the order, so that it is
-    a bitcast; a concatenate, slice, pad keep it). So a transpose between two convs, or
-    a pair of transposes around a relu, moves no data, as in the compiled program; a
-    value between two fixed orders gets one of them, and the reader or maker of the
-    other pays the copy."""
-    links: dict[Value, list[tuple[Value, Perm | None]]] = {}   # (neighbour, transpose)
+    logical one, decided forward, by the value's maker: a parameter's is logical; a
+    conv's result is in the conv's order; what pooling, a dot, a reduction, a reshape, a
+    concatenate or an opaque op makes is logical; a transpose's result is its operand's
+    order permuted (so that it is a bitcast); an elementwise op's (or a slice's, pad's)
+    is its operands' order where all of those that have one agree, and logical where
+    they do not; a broadcast or an iota has none of its own (it is made in whatever
+    order its reader wants). The program's results are written logical.
 
-    def link(a: Value, b: Value, perm: Perm | None = None) -> None:
-        links.setdefault(a, []).append((b, perm))
-        links.setdefault(b, []).append((a, None if perm is None else inverse(perm)))
-
-    fixed: dict[Value, Perm] = {}
-    for v in [n.out() for n in graph.inputs] + list(graph.outputs):
-        fixed.setdefault(v, _logical(v))
-    wants: list[tuple[Value, Perm]] = []
-    for node in graph.nodes:
-        kind = "input" if node.op == "input" else ops.get(node.op).kind
-        if node.op == "conv_general_dilated":
-            act, weight, result = _conv_orders(node)
-            fixed.setdefault(node.out(), result)
-            wants += [(node.inputs[0], act), (node.inputs[1], weight)]
-        elif node.op == "transpose":
-            link(node.inputs[0], node.out(), node.params["permutation"])
-        elif kind == ops.ELEMENTWISE or node.op in PASS_ON:
-            for v in node.inputs:
-                for out in node.outputs:
-                    if v.type.shape == out.type.shape or (
-                            node.op in PASS_ON and len(v.type.shape) == len(out.type.shape)):
-                        link(v, out)
-        elif kind not in (ops.REDUCE, ops.SOURCE, "input") and node.op not in ANY_ORDER:
-            wants += [(v, _logical(v)) for v in node.inputs]
-            if kind in (ops.WINDOW, ops.CONTRACT, ops.OPAQUE):
-                for out in node.outputs:
-                    fixed.setdefault(out, _logical(out))
-    for v, perm in wants:
-        fixed.setdefault(v, perm)
-    order = dict(fixed)
-    todo = collections.deque(fixed)
-    while todo:
-        v = todo.popleft()
-        for u, perm in links.get(v, ()):
-            if u not in order:
-                # u = transpose(v, perm): u's dims in v's memory sequence
-                order[u] = order[v] if perm is None else tuple(
-                    inverse(perm)[d] for d in order[v])
-                todo.append(u)
+    So a conv, its relu and the next conv keep the conv's order, and a pair of
+    transposes around a relu moves no data; but an add of a conv's result and a value
+    in the logical order (a parameter, a pool's result, a concatenate) is logical, and
+    the conv's result is copied into it; so is an elementwise op that reads a value
+    pooling or a reduction reads too (`_beside_logical_readers`). Probed on 46 small
+    NCHW programs against the compiled HLO, these orders are XLA's for every add, relu,
+    multiply and concatenate but three that are the program's result, which XLA makes
+    in the conv's order and copies (`tests/test_layouts.py` keeps five). Spread from
+    the nearest fixed value both ways, as until 2026-12-03, 31 of the 46 had one laid
+    out otherwise, and NASNet-A's separable convs whose result is added to the pooled cell
+    input were priced as one YNNPACK call where XLA runs a conv, a dot and two copies
+    (`library.py`, `docs/history.md`)."""
+    users = graph.users()
+    order = _forward(graph, users, set())
+    forced = _beside_logical_readers(graph, users, order)
+    if forced:
+        order = _forward(graph, users, forced)
+    for v in graph.outputs:
+        order[v] = _logical(v)
     return {v: p for v, p in order.items() if not _identity(p)}
 
 
-PASS_ON = frozenset({"concatenate", "split", "slice", "pad", "rev", "dynamic_slice",
+def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
+    """Each value's order from its maker's (see `memory_orders`); `forced` logical, and
+    a transpose read by what wants the logical order (a dot, a reshape: `_fixed_reader`)
+    made in it."""
+    order: dict[Value, Perm] = {n.out(): _logical(n.out()) for n in graph.inputs}
+    for node in graph.nodes:
+        if node.op == "input" or node.op in ANY_ORDER:
+            continue
+        kind = ops.get(node.op).kind
+        if node.op == "conv_general_dilated":
+            order[node.out()] = _conv_orders(node)[2]
+        elif node.op == "transpose":
+            if node.inputs[0] in order and not any(map(_fixed_reader, users.get(node, ()))):
+                back = inverse(node.params["permutation"])
+                order[node.out()] = tuple(back[d] for d in order[node.inputs[0]])
+        elif kind == ops.ELEMENTWISE or node.op in PASS_ON:
+            for out in node.outputs:
+                seen = {order[v] for v in node.inputs if v in order and _carries(node, v, out)}
+                if out in forced or len(seen) > 1:
+                    order[out] = _logical(out)
+                elif seen:
+                    order[out] = seen.pop()
+        elif kind != ops.SOURCE:
+            order.update((out, _logical(out)) for out in node.outputs)
+    return order
+
+
+def _fixed_reader(node: Node) -> bool:
+    """Whether `node` reads its operands in the logical order whatever they come in."""
+    return node.op != "conv_general_dilated" and node.op not in ANY_ORDER and \
+        node.op not in PASS_ON and node.op != "transpose" and \
+        ops.get(node.op).kind not in (ops.ELEMENTWISE, ops.SOURCE)
+
+
+def _beside_logical_readers(graph: Graph, users, order: dict[Value, Perm]) -> set[Value]:
+    """The results of elementwise ops that read a value which pooling, a reduction or a
+    dot also reads (in the logical order) while the value is kept in another: XLA gives
+    them the logical order, and copies the value for them (as probed on small programs,
+    `tests/test_layouts.py`; NASNet-A's `sep(y) + y`, with `y` pooled too, is added
+    logical). The value itself keeps its order."""
+    forced: set[Value] = set()
+    for node in graph.nodes:
+        for v in node.outputs:
+            if _identity(order.get(v, (0,))):
+                continue
+            readers = users.get(node, ())
+            if not any(u.op != "conv_general_dilated" and u.op not in ANY_ORDER and
+                       ops.get(u.op).kind in (ops.WINDOW, ops.REDUCE, ops.CONTRACT) and
+                       v in u.inputs for u in readers):
+                continue
+            forced.update(out for u in readers if ops.get(u.op).kind == ops.ELEMENTWISE
+                          for out in u.outputs if any(_carries(u, w, out) for w in u.inputs
+                                                       if w == v))
+    return forced
+
+
+def _carries(node: Node, operand: Value, out: Value) -> bool:
+    """Whether `node` passes `operand`'s order on to `out` (a same-shape elementwise
+    operand; any operand of a same-rank layout op)."""
+    return operand.type.shape == out.type.shape or (
+        node.op in PASS_ON and len(operand.type.shape) == len(out.type.shape))
+
+
+def read_order(node: Node, index: int, orders: dict[Value, Perm]) -> Perm:
+    """The order `node` reads its operand `index` in: a conv's activation and weight in
+    the conv's; what an elementwise or layout op passes on, in its result's; the rest
+    logical. Where it is not the operand's own (`orders`), XLA copies it first."""
+    v = node.inputs[index]
+    if node.op == "conv_general_dilated" and index < 2:
+        return _conv_orders(node)[index]
+    kind = ops.get(node.op).kind
+    if (kind == ops.ELEMENTWISE or node.op in PASS_ON) and _carries(node, v, node.out()):
+        return orders.get(node.out(), _logical(node.out()))
+    if node.op == "transpose":
+        perm = node.params["permutation"]
+        return tuple(perm[d] for d in orders.get(node.out(), _logical(node.out())))
+    return _logical(v)
+
+
+PASS_ON = frozenset({"split", "slice", "pad", "rev", "dynamic_slice",
                      "dynamic_update_slice"})   # same rank, the operands' order kept
 ANY_ORDER = frozenset({"broadcast_in_dim", "iota"})   # read in whatever order they come
 
@@ -123,11 +177,12 @@ def inverse(perm: Perm) -> Perm:
     return tuple(sorted(range(len(perm)), key=perm.__getitem__))
 
 
-def relaid(graph: Graph, kernels: Sequence) -> list[dict[Value, Perm]]:
+def relaid(graph: Graph, kernels: Sequence, orders: dict[Value, Perm] | None = None
+           ) -> list[dict[Value, Perm]]:
     """For each kernel, the values it reads or writes that the program keeps in another
-    memory order than the logical one (`memory_orders`), with that order: the kernel,
-    timed alone, is handed them and hands them on so."""
-    orders = memory_orders(graph)
+    memory order than the logical one (`memory_orders`, or `orders` if given), with that
+    order: the kernel, timed alone, is handed them and hands them on so."""
+    orders = memory_orders(graph) if orders is None else orders
     return [{v: orders[v] for v in (*k.inputs, *k.outputs) if v in orders}
             for k in kernels]
 

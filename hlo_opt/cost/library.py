@@ -28,9 +28,12 @@ fusions' convs and dots are XLA's, fusion for fusion, for NASNet-A (94 fusions),
 Inception-v3, SqueezeNet, BERT, NasRNN and SRU. ResNet-50's residual chain is one
 predicted fusion of 52 convs where XLA makes two of 20 and 31 and leaves one alone, at
 a point not found; ResNet-style programs run with YNNPACK off on the hosts measured
-(`compile_options`). NCHW programs: SqueezeNet's match; NASNet-A's do not, where an
-NCHW conv's transposes (layout normalisation, before the rewriter) keep 49 convs out
-of the adds after them, which the rule fuses (`docs/history.md`).
+(`compile_options`). NCHW programs: a value read in another memory order than it is
+kept in (`layouts.memory_orders`) is read through a copy, which ends a fusion. So
+NASNet-A's NCHW program is predicted as compiled: 33 fusions of 4 contractions, 37 of
+one, 58 of none, and 24 convs and 25 dots of XLA's own (its separable convs added to
+the pooled cell input, in the logical order); before the orders were read here, the
+prediction fused those 49 into the adds after them (`docs/history.md`).
 `tests/test_library.py` checks small cases against the HLO.
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ import math
 
 import jax.numpy as jnp
 
+from hlo_opt.cost import layouts
 from hlo_opt.ir import Graph, Node
 
 ELEMENTWISE = frozenset({
@@ -52,10 +56,12 @@ FLOATS = frozenset(map(jnp.dtype, (jnp.float32, jnp.float64, jnp.bfloat16)))
 MIN_ELEMENTS = 4096     # a smaller elementwise op is left to XLA's loops
 
 
-def groups(graph: Graph, users: dict[Node, list[Node]] | None = None) -> list[list[Node]]:
+def groups(graph: Graph, users: dict[Node, list[Node]] | None = None,
+           orders: dict | None = None) -> list[list[Node]]:
     """The nodes of each library fusion of `graph` under the ELTWISE fusion type, in the
     order XLA starts them, each in graph order. `users`: `graph.users()`, if the caller
-    has it."""
+    has it. `orders`: the memory orders XLA CPU keeps values in (`layouts.memory_orders`);
+    a value read in another order is read through a copy, which no fusion crosses."""
     users = graph.users() if users is None else users
     outputs = {v.node for v in graph.outputs}
     readers = {n: set(users.get(n, ())) | ({None} if n in outputs else set())
@@ -63,6 +69,11 @@ def groups(graph: Graph, users: dict[Node, list[Node]] | None = None) -> list[li
     for node in graph.nodes:
         for i in _copied(node):       # read through a copy XLA makes: not fused across
             readers[node.inputs[i].node] = readers[node.inputs[i].node] - {node} | {None}
+        if orders:
+            for i, v in enumerate(node.inputs):
+                if v.node in readers and layouts.read_order(node, i, orders) != \
+                        orders.get(v, tuple(range(len(v.type.shape)))):
+                    readers[v.node] = readers[v.node] - {node} | {None}
     of: dict[Node, int] = {}
     fused: dict[int, set[Node]] = {}
     for start in reversed(graph.nodes):

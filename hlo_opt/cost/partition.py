@@ -146,7 +146,8 @@ def partition(graph: Graph, *, epilogue_fusion: bool = False,
     YNNPACK's elementwise fusions are kernels first (`library.py`; XLA CPU under
     `compile_options.YNN_ELTWISE`)."""
     groups = _Groups(graph)
-    sealed = _library_groups(graph, groups) if library_fusion else set()
+    orders = layouts.memory_orders(graph) if conv_layouts else None
+    sealed = _library_groups(graph, groups, orders) if library_fusion else set()
     for node in graph.nodes:
         kind = _kind(node)
         if kind in ("input", SOURCE) and node.op != "iota" or node in groups.of:
@@ -170,14 +171,14 @@ def partition(graph: Graph, *, epilogue_fusion: bool = False,
     # (built, not `dataclasses.replace`d: that was 9% of a partition, under cProfile)
     return [Kernel(k.nodes, k.inputs, k.outputs, k.kind,
                    tuple((v, kept[v]) for v in k.inputs + k.outputs if v in kept))
-            if kept else k for k, kept in zip(kernels, layouts.relaid(graph, kernels))]
+            if kept else k for k, kept in zip(kernels, layouts.relaid(graph, kernels, orders))]
 
 
-def _library_groups(graph: Graph, groups: _Groups) -> set[int]:
+def _library_groups(graph: Graph, groups: _Groups, orders: dict | None) -> set[int]:
     """Groups `library.groups`' fusions (contractions in them make them "contract"
     kernels) and returns their ids: loop kernels do not join them."""
     sealed = set()
-    for members in library.groups(graph, groups.children):
+    for members in library.groups(graph, groups.children, orders):
         kinds = {_kind(n) for n in members}
         gid = groups.new(members[0], "contract" if CONTRACT in kinds else "loop")
         for node in members[1:]:
