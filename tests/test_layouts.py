@@ -173,3 +173,16 @@ def test_an_add_after_a_conv_is_laid_out_as_xla_lays_it_out(name):
     (add,) = [n for n in g.nodes if n.op == "add"]
     orders = layouts.memory_orders(g)
     assert orders.get(add.out(), "logical") == {"conv": (0, 2, 3, 1), "logical": "logical"}[expected]
+
+
+def test_a_weight_transposed_for_a_conv_is_made_in_the_conv_order():
+    # OIHW -> HWIO for an NHWC conv: the transpose is the copy (computed once where the
+    # weight is frozen); the conv reads it in its own order, with no copy of its own. A
+    # bitcast of the OIHW weight would leave the conv's kernel a copy on every call.
+    nhwc = ("NHWC", "HWIO", "NHWC")
+    fn = lambda x, w: conv(x, w.transpose(2, 3, 1, 0), nhwc)  # noqa: E731
+    g = capture.capture(fn, (X.transpose(0, 2, 3, 1), W1)).graph
+    (t,) = [n for n in g.nodes if n.op == "transpose"]
+    assert t.out() not in layouts.memory_orders(g)
+    (k,) = [k for k in part.partition(g, conv_layouts=True) if k.kind == "contract"]
+    assert not k.relaid

@@ -85,9 +85,11 @@ def memory_orders(graph: Graph) -> dict[Value, Perm]:
 
 
 def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
-    """Each value's order from its maker's (see `memory_orders`); `forced` logical, and
-    a transpose read by what wants the logical order (a dot, a reshape: `_fixed_reader`)
-    made in it."""
+    """Each value's order from its maker's (see `memory_orders`); `forced` logical. A
+    transpose is a bitcast where its readers take that order; read by a conv, a dot or
+    a reshape that wants another (`_wanted`), it is the copy into the first one's: a
+    weight relaid for a conv is then made in the conv's order, and computed once where
+    the weight is frozen, not copied again inside the conv's kernel on every call."""
     order: dict[Value, Perm] = {n.out(): _logical(n.out()) for n in graph.inputs}
     for node in graph.nodes:
         if node.op == "input" or node.op in ANY_ORDER:
@@ -96,9 +98,13 @@ def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
         if node.op == "conv_general_dilated":
             order[node.out()] = _conv_orders(node)[2]
         elif node.op == "transpose":
-            if node.inputs[0] in order and not any(map(_fixed_reader, users.get(node, ()))):
+            wanted = _wanted(node.out(), users.get(node, ()))
+            if node.inputs[0] in order:
                 back = inverse(node.params["permutation"])
-                order[node.out()] = tuple(back[d] for d in order[node.inputs[0]])
+                bitcast = tuple(back[d] for d in order[node.inputs[0]])
+                order[node.out()] = bitcast if not wanted or bitcast in wanted else wanted[0]
+            elif wanted:
+                order[node.out()] = wanted[0]
         elif kind == ops.ELEMENTWISE or node.op in PASS_ON:
             for out in node.outputs:
                 seen = {order[v] for v in node.inputs if v in order and _carries(node, v, out)}
@@ -109,6 +115,21 @@ def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
         elif kind != ops.SOURCE:
             order.update((out, _logical(out)) for out in node.outputs)
     return order
+
+
+def _wanted(v: Value, readers) -> list[Perm]:
+    """The orders `v`'s readers read it in where they fix one: a conv's activation or
+    weight order, the logical order of a dot, pooling, a reshape (`_fixed_reader`)."""
+    out = []
+    for u in readers:
+        for i, w in enumerate(u.inputs):
+            if w != v:
+                continue
+            if u.op == "conv_general_dilated" and i < 2:
+                out.append(_conv_orders(u)[i])
+            elif _fixed_reader(u):
+                out.append(_logical(v))
+    return out
 
 
 def _fixed_reader(node: Node) -> bool:
