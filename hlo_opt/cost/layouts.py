@@ -147,17 +147,14 @@ def _beside_logical_readers(graph: Graph, users, order: dict[Value, Perm]) -> se
     logical). The value itself keeps its order."""
     forced: set[Value] = set()
     for node in graph.nodes:
+        readers = users.get(node, ())
         for v in node.outputs:
-            if _identity(order.get(v, (0,))):
-                continue
-            readers = users.get(node, ())
-            if not any(u.op != "conv_general_dilated" and u.op not in ANY_ORDER and
-                       ops.get(u.op).kind in (ops.WINDOW, ops.REDUCE, ops.CONTRACT) and
-                       v in u.inputs for u in readers):
+            if v not in order or _identity(order[v]) or not any(
+                    _fixed_reader(u) and ops.get(u.op).kind in LOGICAL_READERS and
+                    v in u.inputs for u in readers):
                 continue
             forced.update(out for u in readers if ops.get(u.op).kind == ops.ELEMENTWISE
-                          for out in u.outputs if any(_carries(u, w, out) for w in u.inputs
-                                                       if w == v))
+                          and v in u.inputs for out in u.outputs if _carries(u, v, out))
     return forced
 
 
@@ -168,7 +165,13 @@ def _carries(node: Node, operand: Value, out: Value) -> bool:
         node.op in PASS_ON and len(operand.type.shape) == len(out.type.shape))
 
 
-def read_order(node: Node, index: int, orders: dict[Value, Perm]) -> Perm:
+def copied(node: Node, index: int, orders: dict[Value, Perm]) -> bool:
+    """Whether XLA copies `node`'s operand `index` into another order to read it."""
+    v = node.inputs[index]
+    return _read_order(node, index, orders) != orders.get(v, _logical(v))
+
+
+def _read_order(node: Node, index: int, orders: dict[Value, Perm]) -> Perm:
     """The order `node` reads its operand `index` in: a conv's activation and weight in
     the conv's; what an elementwise or layout op passes on, in its result's; the rest
     logical. Where it is not the operand's own (`orders`), XLA copies it first."""
@@ -187,6 +190,8 @@ def read_order(node: Node, index: int, orders: dict[Value, Perm]) -> Perm:
 PASS_ON = frozenset({"split", "slice", "pad", "rev", "dynamic_slice",
                      "dynamic_update_slice"})   # same rank, the operands' order kept
 ANY_ORDER = frozenset({"broadcast_in_dim", "iota"})   # read in whatever order they come
+LOGICAL_READERS = (ops.WINDOW, ops.REDUCE, ops.CONTRACT)   # pooling, reductions, dots:
+# an elementwise op beside one reads the value logical too (`_beside_logical_readers`)
 
 
 def _logical(v: Value) -> Perm:

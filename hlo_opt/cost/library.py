@@ -71,8 +71,7 @@ def groups(graph: Graph, users: dict[Node, list[Node]] | None = None,
             readers[node.inputs[i].node] = readers[node.inputs[i].node] - {node} | {None}
         if orders:
             for i, v in enumerate(node.inputs):
-                if v.node in readers and layouts.read_order(node, i, orders) != \
-                        orders.get(v, tuple(range(len(v.type.shape)))):
+                if v.node in readers and layouts.copied(node, i, orders):
                     readers[v.node] = readers[v.node] - {node} | {None}
     of: dict[Node, int] = {}
     fused: dict[int, set[Node]] = {}
