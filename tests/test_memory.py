@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from hlo_opt import capture, cost, deadline
-from hlo_opt.cost import memory, partition
+from hlo_opt.cost import layouts, memory, partition
 from hlo_opt.frozen import weight_only
 
 MiB = 1 << 20
@@ -42,10 +42,58 @@ def test_a_temp_past_the_mmap_line_costs_its_faults_and_one_under_it_does_not():
     small, big = (capture.capture(*_im2col(n)).graph for n in (80, 147))
     assert _estimate(small) < memory.MMAP_LINE < _estimate(big)
     assert model.cost(small).faults == 0.0
-    expect = _estimate(big) * memory.DEFAULT_FAULT
+    expect = _estimate(big) * memory.DEFAULT_FRESH     # no weight copies: one thread's rate
     assert model.cost(big).faults == pytest.approx(expect)
     summed = sum(k.seconds for k in model.cost(big).kernels)
     assert model.cost(big).total == pytest.approx(summed + expect)
+
+
+def _refused():
+    raise AssertionError("a rate was calibrated where no page past the line needs it")
+
+
+def test_weight_copies_fault_at_the_copies_rate_and_other_pages_at_one_threads():
+    g = capture.capture(lambda x: x * 2, (jnp.ones((4,)),)).graph
+    copy_rate, fresh = (lambda: 1.0), (lambda: 10.0)
+    assert memory.seconds(g, 40 * MiB, 30 * MiB, copy_rate, fresh) == 30 * MiB + 100 * MiB
+    assert memory.seconds(g, 40 * MiB, 0, _refused, fresh) == 400 * MiB
+    assert memory.seconds(g, 40 * MiB, 40 * MiB, copy_rate, _refused) == 40 * MiB
+    assert memory.seconds(g, 20 * MiB, 20 * MiB, _refused, _refused) == 0.0   # under the line
+
+
+def test_an_nchw_programs_weight_copies_are_priced_apart_from_its_activations():
+    """Twelve 1x1 NCHW convs of 4 MiB weights on a 56x56 image: XLA copies each weight
+    every call (48 MiB, past the line with the activations)."""
+    def f(x, *ws):
+        return sum(jax.lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                                dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                   for w in ws)
+    args = (jnp.ones((1, 1024, 56, 56)),) + tuple(jnp.ones((1024, 1024, 1, 1)) for _ in range(12))
+    graph = capture.capture(f, args).graph
+    kernels = partition.partition(graph, conv_layouts=True)
+    pre = [False] * len(kernels)
+    temp, copies = memory.temp_bytes(graph, kernels, pre), layouts.weight_copies(kernels, pre)
+    assert copies == 12 * 4 * MiB and temp > memory.MMAP_LINE and temp > copies
+    faults = cost.Analytic().cost(graph).faults
+    assert faults == pytest.approx(copies * memory.DEFAULT_FAULT
+                                   + (temp - copies) * memory.DEFAULT_FRESH)
+
+
+def test_one_threads_fresh_page_rate_is_measured_once_and_cached(tmp_path, monkeypatch):
+    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
+    rate = memory.fresh_rate(header, tmp_path)
+    assert 0 < rate < 1e-6
+    monkeypatch.setattr(memory, "_one_thread_rate", _refused)
+    assert memory.fresh_rate(header, tmp_path) == rate
+
+
+def test_a_fresh_page_that_costs_nothing_measurable_is_priced_at_the_vms_rate(
+        tmp_path, monkeypatch, caplog):
+    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
+    monkeypatch.setattr(memory, "_one_thread_rate", lambda: -1e-12)
+    with caplog.at_level("WARNING", logger="hlo_opt"):
+        assert memory.fresh_rate(header, tmp_path) == memory.DEFAULT_FRESH
+    assert "nothing measurable" in caplog.text
 
 
 def test_the_depth_first_order_is_taken_where_program_order_holds_more():

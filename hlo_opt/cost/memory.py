@@ -16,13 +16,29 @@ as a gain, and the program lost 21%.
 `temp_bytes` estimates the temp buffer from the kernel partition: the values that cross
 kernels, each live from its kernel to its last reader, and inside a kernel the operands
 of a concatenate, which XLA's CPU backend materialises (it fuses no concatenate: each
-operand is a loop of its own, then a copy). `seconds` prices the faults at the rate
-`calibrate` measures once per device.
+operand is a loop of its own, then a copy). `seconds` prices the faults at two rates,
+each measured once per device: the pages of the weight copies XLA makes for its convs
+at the rate XLA pays for them (`calibrate`: many copies, run side by side on every
+thread, their faults overlapping), and every other page at the rate of one thread
+faulting a fresh mapping in and unmapping it (`fresh_rate`). An activation's pages are
+faulted in by the one kernel that writes them.
+
+Measured on the AMD EPYC VM (2026-12-03): the copies' rate read 0.96-1.14 us a page;
+Inception-v3 with its 3x3 convs as im2col (a 47.5 MiB temp buffer, all of it the
+column buffers, 12,840 pages faulted a call) ran 100.3 ms from a heap that kept its
+pages and 124.0 ms with them given back before each call (14k pages faulted, nothing
+unmapped: 1.7 us a page), and about 130 ms as XLA runs it (mmapped and unmapped each
+call: about 2.4 us a page); one thread writing a byte a page of a fresh mapping read
+2.5 us a page, and 0.7 more to unmap it. Priced at the copies' rate, the im2col
+variants read 0.72-0.79x the original where they ran 0.86-0.97x (20 rounds), and
+Inception-v3's Spearman was 0.66-0.70; with those pages at the one-thread rate, 0.96-0.97
+against the same measurements (`docs/history.md`).
 """
 from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import subprocess
 import sys
@@ -44,6 +60,7 @@ from hlo_opt.ir import Graph, Value
 MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
 PAGE = 4096
 DEFAULT_FAULT = 0.7e-6 / PAGE   # seconds per byte, for tests: 0.7 us a page on the VM
+DEFAULT_FRESH = 3.2e-6 / PAGE   # ... one thread's fresh page, faulted in and unmapped
 
 logger = logging.getLogger("hlo_opt")
 
@@ -177,11 +194,17 @@ def _inner(kernel: Kernel) -> int:
                for v in n.inputs if v.node in inside)
 
 
-def seconds(graph: Graph, temp: int, fault_per_byte: Callable[[], float]) -> float:
-    """Seconds of page faults per call: the temp buffer and each output past the line
-    (`fault_per_byte` is called only then: calibrating it takes a moment)."""
-    past = sum(b for b in [temp] + [v.type.nbytes for v in graph.outputs] if b > MMAP_LINE)
-    return fault_per_byte() * past if past else 0.0
+def seconds(graph: Graph, temp: int, copies: int, fault_per_byte: Callable[[], float],
+            fresh_per_byte: Callable[[], float]) -> float:
+    """Seconds of page faults per call: of the temp buffer, when past the line, its
+    `copies` bytes of weight copies at `fault_per_byte` and the rest at `fresh_per_byte`;
+    of each output past the line, at `fresh_per_byte`. (Each rate is called only where
+    it is needed: calibrating it takes a moment.)"""
+    outputs = sum(b for b in (v.type.nbytes for v in graph.outputs) if b > MMAP_LINE)
+    fresh = outputs + (temp - min(copies, temp) if temp > MMAP_LINE else 0)
+    copied = min(copies, temp) if temp > MMAP_LINE else 0
+    return (fault_per_byte() * copied if copied else 0.0) + \
+        (fresh_per_byte() * fresh if fresh else 0.0)
 
 
 def calibrate(header: dict, cache_dir=None) -> float:
@@ -213,6 +236,51 @@ def calibrate(header: dict, cache_dir=None) -> float:
 
 
 FAULT_ENTRY = "xla_fault_per_counted_byte"
+FRESH_ENTRY = "one_thread_fresh_page_per_byte"
+FRESH_BYTES = 64 << 20      # the mapping `fresh_rate` faults in: 16,384 pages
+
+
+def fresh_rate(header: dict, cache_dir=None) -> float:
+    """Seconds per byte of a fresh page faulted in and given back by one thread alone, as
+    the kernel that writes an activation past the line pays it each call: the least over
+    `ROUNDS` of a byte written per page of a fresh anonymous mapping, then unmapped, less
+    the same writes to a mapping already in place. Under a second; measured once per
+    device and cached beside `calibrate`'s rate. Where the two read alike (an OS that
+    maps pages in ahead), the rate measured on the VM (`DEFAULT_FRESH`), with a warning."""
+    cache = Cache("memory", header, cache_dir)
+    if FRESH_ENTRY not in cache:
+        rate = _one_thread_rate()
+        if rate <= 0:
+            logger.warning("hlo_opt: a fresh page cost this device nothing measurable; "
+                           "pricing one at %.3g us, as measured on a 2-core VM",
+                           DEFAULT_FRESH * PAGE * 1e6)
+            rate = DEFAULT_FRESH
+        cache.put(FRESH_ENTRY, rate)
+        cache.flush()
+    return float(cache.get(FRESH_ENTRY))
+
+
+def _one_thread_rate() -> float:
+    """`fresh_rate`'s microbenchmark: seconds per byte, fresh less touched."""
+    touched = mmap.mmap(-1, FRESH_BYTES)
+    warm = np.frombuffer(touched, np.uint8)
+    warm[::PAGE] = 1
+    fresh_s = warm_s = float("inf")
+    for _ in range(ROUNDS):
+        deadline.check()
+        mapping = mmap.mmap(-1, FRESH_BYTES)
+        view = np.frombuffer(mapping, np.uint8)
+        start = time.perf_counter()
+        view[::PAGE] = 1
+        del view                    # the mapping cannot close while a view holds it
+        mapping.close()
+        fresh_s = min(fresh_s, time.perf_counter() - start)
+        start = time.perf_counter()
+        warm[::PAGE] += 1
+        warm_s = min(warm_s, time.perf_counter() - start)
+    del warm
+    touched.close()
+    return (fresh_s - warm_s) / FRESH_BYTES
 COPY_BYTES = 4 << 20        # one 1024 x 1024 float32 weight
 SMALL_COPIES, BIG_COPIES = 6, 24    # 24 MiB of temp buffer, under the line; 96, past it
 ROUNDS = 20                 # of the calibration: in five processes each, the rate read

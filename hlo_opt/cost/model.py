@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
-from hlo_opt.cost import analytic, anchors, measure, memory, pairing, residency, siblings
+from hlo_opt.cost import analytic, anchors, layouts, measure, memory, pairing, residency, siblings
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
@@ -129,7 +129,8 @@ class CostModel:
         faults = 0.0
         if self.platform == "cpu":
             faults = memory.seconds(graph, memory.temp_bytes(graph, kernels, pre),
-                                    self.fault_per_byte)
+                                    layouts.weight_copies(kernels, pre),
+                                    self.fault_per_byte, self.fresh_page_per_byte)
         total = sum(k.seconds for k in priced) + faults
         whole = self.whole_seconds(graph, frozen, total)
         self.done()
@@ -138,8 +139,12 @@ class CostModel:
         return Cost(total, tuple(priced), faults=faults)
 
     def fault_per_byte(self) -> float:
-        """Seconds per byte of faulting in a fresh buffer (`memory.py`)."""
+        """Seconds per byte of faulting in XLA's weight copies (`memory.py`)."""
         return memory.DEFAULT_FAULT
+
+    def fresh_page_per_byte(self) -> float:
+        """Seconds per byte of any other fresh page: one thread's (`memory.fresh_rate`)."""
+        return memory.DEFAULT_FRESH
 
     def prepare(self, kernels: Sequence[Kernel]) -> None:
         """Called with the kernels `cost` is about to price: a model may time them together."""
@@ -212,6 +217,7 @@ class Measured(CostModel):
         self._failed: set[str] = set()              # programs that would not run alone
         self._anchors = anchors.Anchors()           # dots and convs priced (`prepare`)
         self._fault: float | None = None            # `fault_per_byte`, once calibrated
+        self._fresh: float | None = None            # `fresh_page_per_byte`, likewise
 
     @property
     def measuring(self) -> float:
@@ -229,6 +235,12 @@ class Measured(CostModel):
             with self._watch.running():     # first-time timing, as a kernel's (6 s)
                 self._fault = memory.calibrate(device_header(), self._cache_dir)
         return self._fault
+
+    def fresh_page_per_byte(self) -> float:
+        if self._fresh is None:
+            with self._watch.running():
+                self._fresh = memory.fresh_rate(device_header(), self._cache_dir)
+        return self._fresh
 
     def fallback(self) -> Analytic:
         if self._fallback is None:
