@@ -30,8 +30,8 @@ pages and 124.0 ms with them given back before each call (14k pages faulted, not
 unmapped: 1.7 us a page), and about 130 ms as XLA runs it (mmapped and unmapped each
 call: about 2.4 us a page); one thread writing a byte a page of a fresh mapping read
 2.5 us a page, and 0.7 more to unmap it. Priced at the copies' rate, the im2col
-variants read 0.72-0.79x the original where they ran 0.86-0.97x (20 rounds), and
-Inception-v3's Spearman was 0.66-0.70; with those pages at the one-thread rate, 0.96-0.97
+variants read 0.72-0.79x the original where they ran 0.84-0.97x (20 rounds), and
+Inception-v3's Spearman was 0.66-0.70; with those pages at the one-thread rate, 0.95-0.97
 against the same measurements (`docs/history.md`).
 """
 from __future__ import annotations
