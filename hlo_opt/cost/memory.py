@@ -200,9 +200,9 @@ def seconds(graph: Graph, temp: int, copies: int, fault_per_byte: Callable[[], f
     `copies` bytes of weight copies at `fault_per_byte` and the rest at `fresh_per_byte`;
     of each output past the line, at `fresh_per_byte`. (Each rate is called only where
     it is needed: calibrating it takes a moment.)"""
-    outputs = sum(b for b in (v.type.nbytes for v in graph.outputs) if b > MMAP_LINE)
-    fresh = outputs + (temp - min(copies, temp) if temp > MMAP_LINE else 0)
     copied = min(copies, temp) if temp > MMAP_LINE else 0
+    fresh = sum(b for b in (v.type.nbytes for v in graph.outputs) if b > MMAP_LINE) + \
+        (temp - copied if temp > MMAP_LINE else 0)
     return (fault_per_byte() * copied if copied else 0.0) + \
         (fresh_per_byte() * fresh if fresh else 0.0)
 

@@ -216,8 +216,7 @@ class Measured(CostModel):
         self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
         self._failed: set[str] = set()              # programs that would not run alone
         self._anchors = anchors.Anchors()           # dots and convs priced (`prepare`)
-        self._fault: float | None = None            # `fault_per_byte`, once calibrated
-        self._fresh: float | None = None            # `fresh_page_per_byte`, likewise
+        self._rates: dict = {}                      # `memory`'s fault rates, once calibrated
 
     @property
     def measuring(self) -> float:
@@ -231,16 +230,17 @@ class Measured(CostModel):
         self._watch.spent = seconds
 
     def fault_per_byte(self) -> float:
-        if self._fault is None:
-            with self._watch.running():     # first-time timing, as a kernel's (6 s)
-                self._fault = memory.calibrate(device_header(), self._cache_dir)
-        return self._fault
+        return self._calibrated(memory.calibrate)
 
     def fresh_page_per_byte(self) -> float:
-        if self._fresh is None:
+        return self._calibrated(memory.fresh_rate)
+
+    def _calibrated(self, calibrate) -> float:
+        """`calibrate`'s rate, timed the first time as a kernel is (6 s and 1 s)."""
+        if calibrate not in self._rates:
             with self._watch.running():
-                self._fresh = memory.fresh_rate(device_header(), self._cache_dir)
-        return self._fresh
+                self._rates[calibrate] = calibrate(device_header(), self._cache_dir)
+        return self._rates[calibrate]
 
     def fallback(self) -> Analytic:
         if self._fallback is None:
