@@ -15,6 +15,7 @@ from hlo_opt import capture, cost, deadline, emit
 from hlo_opt.cost import analytic, pairing, partition as part
 from hlo_opt.cost import anchors as cost_anchors
 from hlo_opt.cost import model as cost_model
+from hlo_opt.cost import whole as cost_whole
 from hlo_opt.cost.cache import Cache
 from hlo_opt.frozen import weight_only
 from helpers import assert_close, run_kernels
@@ -405,7 +406,7 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     first, second = model.cost(graph_of(light, x, w)), model.cost(graph_of(heavy, x, w))
     assert first.whole and second.whole and model.programs == 2
     assert second.total > first.total
-    assert len(model._references) == 1           # heavy was timed against light
+    assert len(model.whole.references) == 1           # heavy was timed against light
     again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=1.0)
     assert again.cost(graph_of(heavy, x, w)).total == second.total and again.programs == 0
     summed = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
@@ -442,7 +443,7 @@ def test_the_first_graph_of_a_signature_decides_whole_or_summed(tmp_path):
         return jnp.tanh(x @ w) @ w
     model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
     assert not model.cost(graph_of(heavy, x, w)).whole     # the first graph: summed
-    model.whole_below = 1.0                                 # later graphs look short
+    model.whole.below = 1.0                                 # later graphs look short
     assert not model.cost(graph_of(light, x, w)).whole and model.programs == 0
     fresh = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=1.0)
     assert fresh.cost(graph_of(light, x, w)).whole          # alone, it would be timed whole
@@ -870,4 +871,4 @@ def test_every_program_compiled_for_a_timing_is_released_but_the_reference(monke
     model.cost(b)                  # timed against the reference, compiled for it
     kept = [fn for fn in made if fn not in released]
     assert len(made) >= 5 and len(kept) == 1
-    assert model._references[cost_model._signature(a, ())][1][0] is kept[0]
+    assert model.whole.references[cost_whole.signature(a, ())][1][0] is kept[0]

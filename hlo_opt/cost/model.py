@@ -10,15 +10,8 @@ predicted seconds of one run of the graph on this device, and whose `kernels` sa
 that time goes. Kernels that depend only on frozen inputs (weights at inference) and
 constants cost nothing: they are computed once, not per call.
 
-Short programs are timed whole (Collage's move: measure the region, not its parts), and
-sibling dots and convs as one program (`siblings.py`). Kernels do not add up: XLA CPU
-runs independent ones side by side and their fixed costs overlap: NasRNN's eighty
-1x512 @ 512x512 dots summed to 2.4 ms while the program ran in 1.8 ms, and the sum
-ranked its merge variants wrongly (merging each `x@W + h@U` pair: 1.08x predicted,
-0.79x measured). A program that runs under `WHOLE_BELOW` is compiled and timed itself
-(and cached by its digest): one compile per candidate graph, affordable exactly when
-the program is short. Whether it does is read off its kernels, or, when they sum to a
-few times that, off one timing of the first program of its signature.
+Short programs are timed whole (`whole.py`), and sibling dots and convs as one
+program (`siblings.py`).
 """
 from __future__ import annotations
 
@@ -30,11 +23,11 @@ from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
-from hlo_opt.cost import analytic, anchors, layouts, measure, memory, pairing, residency, siblings
+from hlo_opt.cost import analytic, anchors, layouts, measure, memory, residency, siblings, whole
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
-from hlo_opt.frozen import split, weight_only
+from hlo_opt.frozen import weight_only
 from hlo_opt.ir import Graph
 
 logger = logging.getLogger("hlo_opt")
@@ -132,10 +125,10 @@ class CostModel:
                                     layouts.weight_copies(kernels, pre),
                                     self.fault_per_byte, self.fresh_page_per_byte)
         total = sum(k.seconds for k in priced) + faults
-        whole = self.whole_seconds(graph, frozen, total)
+        timed = self.whole_seconds(graph, frozen, total)
         self.done()
-        if whole is not None:
-            return Cost(whole, tuple(priced), whole=True)
+        if timed is not None:
+            return Cost(timed, tuple(priced), whole=True)
         return Cost(total, tuple(priced), faults=faults)
 
     def fault_per_byte(self) -> float:
@@ -184,16 +177,8 @@ class Measured(CostModel):
     cannot run alone (effects) or fail to, fall back to the roofline."""
     side_by_side = True
 
-    WHOLE_BELOW = 5e-3      # seconds under which the program is timed whole
-    PROBE = 4.0             # kernels summing under PROBE x WHOLE_BELOW: the first program
-                            # of a signature is timed whole once, to see if it is short
-    WHOLE_SAMPLE = 10e-3    # each sample of a reference timed whole runs at least this long
-    WHOLE_ROUNDS = 7        # paired rounds per candidate (`pairing.ratio`, its turns of
-                            # `pairing.TURN`): NasRNN against itself read sd 0.018 in 7
-                            # 10 ms samples, against another variant 5-10% in 7 or 15
-
     def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
-                 fallback: Analytic | None = None, whole_below: float = WHOLE_BELOW,
+                 fallback: Analytic | None = None, whole_below: float = whole.BELOW,
                  compiler_options: compile_options.Options | None = None):
         header = device_header()
         self.platform = header["platform"]
@@ -206,12 +191,10 @@ class Measured(CostModel):
         self.repeats, self.min_sample = repeats, min_sample
         self._fallback = fallback
         self._cache_dir = cache_dir
-        self.whole_below = whole_below
         self.measured = 0       # kernels timed (cache misses) by this object
-        self.programs = 0       # whole programs timed (cache misses) by this object
         self._watch = Stopwatch()   # seconds spent timing them all (`measuring`)
-        self._references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
-        self._summed: set[tuple] = set()            # signatures whose graphs are summed
+        self.whole = whole.Programs(self.cache, self._watch, below=whole_below,
+                                    repeats=repeats, options=self.options)
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `structure`
         self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
         self._failed: set[str] = set()              # programs that would not run alone
@@ -318,8 +301,13 @@ class Measured(CostModel):
             self._anchors.record(timing, program, _cold(kernel), seconds)
         return float(seconds)
 
+    @property
+    def programs(self) -> int:
+        """Whole programs timed (cache misses) by this object."""
+        return self.whole.timed
+
     def timed_whole(self, graph: Graph, frozen: Iterable[int]) -> bool:
-        return _signature(graph, frozen) in self._references
+        return self.whole.known(graph, frozen)
 
     def estimate(self, kernel: Kernel) -> float:
         """The cached timing, else the roofline: timing a new kernel of a program that
@@ -342,79 +330,7 @@ class Measured(CostModel):
         return self.fallback().kernel_seconds(kernel)
 
     def whole_seconds(self, graph: Graph, frozen: Iterable[int], summed: float) -> float | None:
-        """Short programs timed whole, each against a reference: the first program of
-        the same signature (inputs, outputs, frozen set — what equivalent graphs share)
-        that this object priced. A candidate's seconds are the reference's times the
-        median ratio of the two timed back to back (`pairing.ratio`), so that machine
-        drift between two measurements does not decide which of two graphs is faster.
-
-        The first graph of a signature decides for all: graphs of one signature are all
-        timed whole or all summed. Mixed, a candidate whose kernels sum just under
-        `whole_below` was timed whole against an original that was summed, and SRU's
-        merged variants (summed 3.9 ms, run 5.0 ms) read 2x faster than the original
-        (summed 7.9 ms, run 4.6 ms)."""
-        if graph.effects or any(n.deps for n in graph.nodes):
-            return None
-        frozen = tuple(sorted(set(frozen)))
-        signature = _signature(graph, frozen)
-        if signature in self._summed:
-            return None
-        ref = self._references.get(signature)
-        if ref is None and summed >= self.PROBE * self.whole_below:
-            self._summed.add(signature)
-            return None
-        # Keyed by the graph and frozen set, not by the per-call program they make:
-        # making it to look it up was half the pricing of a warm search.
-        key = f"whole:{graph.digest}:{frozen}"
-        seconds = self.cache.get(key)
-        if seconds is not None:
-            if ref is None:
-                return self._first(signature, graph, frozen, float(seconds), summed)
-            return float(seconds)
-        deadline.check()
-        try:
-            with self._watch.running():       # making the program is a cold price's cost too
-                program = split(graph, frozen).runtime
-                if ref is None:
-                    seconds = measure.time_whole(program, repeats=self.repeats,
-                                                 min_sample=self.WHOLE_SAMPLE,
-                                                 options=self.options)
-                else:
-                    # Each compiled here, not in `ratio`'s first turn: there a compile is
-                    # the call left out, leaving that turn one call to read (read as a
-                    # call, it once made NasRNN's dots split in eight 1.22x, not 0.96x).
-                    if ref[1] is None:
-                        ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
-                        jax.block_until_ready(ref[1][0](*ref[1][1]))
-                    overhead = measure.dispatch_overhead()
-                    fn, args = measure.compiled(program, options=self.options)
-                    jax.block_until_ready(fn(*args))
-                    try:
-                        deadline.check()
-                        ratio = pairing.ratio(fn, args, *ref[1], rounds=self.WHOLE_ROUNDS)
-                    finally:
-                        measure.release(fn)
-                    seconds = max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
-        except deadline.OutOfTime:
-            raise
-        except Exception as err:  # noqa: BLE001 - the kernel sum still stands
-            logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
-                         "kernels", err)
-            return None
-        self.cache.put(key, seconds)
-        self.programs += 1
-        return float(seconds) if ref else self._first(signature, graph, frozen, seconds, summed)
-
-    def _first(self, signature, graph, frozen, seconds: float, summed: float) -> float | None:
-        """The first graph of a signature, timed whole: the reference of all that follow
-        if it is short, as a program (its kernels may sum longer: XLA CPU runs short
-        independent ones side by side, and SRU's summed to 5.9 ms where it ran in 4.0);
-        else the signature is summed."""
-        if summed >= self.whole_below and seconds >= self.whole_below:
-            self._summed.add(signature)
-            return None
-        self._references[signature] = [(graph, frozen), None, seconds]
-        return seconds
+        return self.whole.seconds(graph, frozen, summed)
 
     def done(self) -> None:
         """Writes what was timed to disk, counted as timing: a flush reads, merges and
@@ -442,12 +358,6 @@ def _timing(program: Graph, kernel: Kernel) -> str:
 def _runs_alone(kernel: Kernel) -> bool:
     """Whether the kernel can be timed as a program of its own (no effects, outputs)."""
     return bool(kernel.outputs) and not any(n.deps for n in kernel.nodes)
-
-
-def _signature(graph: Graph, frozen: Iterable[int]) -> tuple:
-    """What equivalent graphs share: input and output types, the frozen set."""
-    return (tuple(n.types for n in graph.inputs), tuple(v.type for v in graph.outputs),
-            tuple(sorted(set(frozen))))
 
 
 def make(name: str = "measured", cache_dir=None,
