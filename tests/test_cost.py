@@ -500,6 +500,30 @@ def test_later_contractions_are_timed_on_the_scale_of_earlier_ones(tmp_path, mon
     assert by_kind["loop"] == pytest.approx(timed[1])
 
 
+def test_batches_are_anchored_on_the_shallowest_kernels_so_errors_do_not_compound(
+        tmp_path, monkeypatch):
+    """Every dot takes 1 ms, but one timed again reads 10% faster than its first timing
+    (a steady error of the anchors). Each later batch's new dot is then priced 1/0.9 of
+    what it takes, and no more: its anchors are the first batch's dots, scaled by nothing.
+    Anchored on the dearest dots priced, each batch's new dot (priced dearest) became
+    the next one's anchor, and the error compounded batch on batch."""
+    from hlo_opt.cost import measure
+    seen = set()
+
+    def time_graphs(graphs, **_):
+        out = [1e-3 * (0.9 if g.digest in seen else 1.0) for g in graphs]
+        seen.update(g.digest for g in graphs)
+        return out
+    monkeypatch.setattr(measure, "time_graphs", time_graphs)
+    model = cost.Measured(tmp_path, whole_below=0.0)
+    first = graph_of(lambda x, a, b, c: jnp.tanh(jnp.tanh(x @ a) @ b) @ c,
+                     X, jnp.ones((8, 9)), jnp.ones((9, 10)), jnp.ones((10, 11)))
+    assert model.cost(first).total == pytest.approx(5e-3)       # three dots, two loops
+    prices = [model.cost(graph_of(lambda x, w: x @ w, X, jnp.ones((8, n)))).total
+              for n in range(1, 9)]
+    assert prices == pytest.approx([1e-3 / 0.9] * 8)
+
+
 @pytest.mark.parametrize("anchors, scale", [([], 1.0), ([(2.0, 1.0)], 2.0),
                                            ([(2.0, 1.0), (3.0, 2.0), (0.5, 1.0)], 1.5),
                                            ([(ValueError("x"), 1.0), (1.2, 1.0)], 1.2),

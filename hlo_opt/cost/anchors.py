@@ -13,7 +13,7 @@ scale of the kernels priced before, whether that batch ran slower or faster.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -23,19 +23,34 @@ LONGEST = 5e-3      # ... each at most this long a call
 
 class Anchors:
     """The contraction kernels one cost model has priced: timing key -> (program, cold
-    inputs, seconds)."""
+    inputs, seconds), and how many scalings each one's seconds are from a batch that
+    was not scaled (`depth`).
+
+    The anchors picked are the shallowest, not the costliest of all: each scaling adds
+    its anchors' noise, and a batch anchored on kernels that were themselves scaled
+    carries theirs too. Picked by cost alone, the newest forms (priced dearest) became
+    the anchors, and one fresh pricing of ResNeXt-50's 24 variants chained seven
+    scalings deep, its scale drifting from 0.97 to 0.55 while the first batch's own
+    kernels, timed again, read 0.77-1.01 (`docs/history.md`)."""
 
     def __init__(self):
         self._known: dict[str, tuple] = {}
+        self._depth: dict[str, int] = {}
 
     def record(self, timing: str, program, cold: tuple[int, ...], seconds: float) -> None:
         self._known[timing] = program, cold, float(seconds)
 
+    def scaled(self, timings: Iterable[str], anchors: Sequence[tuple]) -> None:
+        """`timings` were put on the scale of `anchors` (`pick`'s, none: not scaled)."""
+        depth = 1 + max((self._depth.get(t, 0) for t, *_ in anchors), default=-1)
+        self._depth.update(dict.fromkeys(timings, depth))
+
     def pick(self, exclude: Collection[str]) -> list[tuple]:
-        """Up to `COUNT` of the kernels recorded, none in `exclude`: (program, cold
-        inputs, seconds then), the costliest under `LONGEST`."""
-        known = [a for t, a in self._known.items() if t not in exclude and a[2] <= LONGEST]
-        return sorted(known, key=lambda a: -a[2])[:COUNT]
+        """Up to `COUNT` of the kernels recorded, none in `exclude`: (timing key,
+        program, cold inputs, seconds then), the shallowest, the costliest of those,
+        under `LONGEST`."""
+        known = [(t, *a) for t, a in self._known.items() if t not in exclude and a[2] <= LONGEST]
+        return sorted(known, key=lambda a: (self._depth.get(a[0], 0), -a[3]))[:COUNT]
 
 
 def scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:

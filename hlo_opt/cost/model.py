@@ -252,7 +252,7 @@ class Measured(CostModel):
         if not todo:
             return
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
-        batch = list(todo.values()) + [(p, cold, False) for p, cold, _ in again]
+        batch = list(todo.values()) + [(p, cold, False) for _, p, cold, _ in again]
         try:
             with self._watch.running():
                 timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
@@ -262,8 +262,10 @@ class Measured(CostModel):
             for key in added:      # none timed: the next graph with them times them
                 self._isolated.pop(key, None)
             raise
-        scale = anchors.scale([(now, then) for now, (*_, then)
-                               in zip(timed[len(todo):], again)])
+        ran = [(now, anchor) for now, anchor in zip(timed[len(todo):], again)
+               if not isinstance(now, Exception)]
+        scale = anchors.scale([(now, then) for now, (*_, then) in ran])
+        self._anchors.scaled([t for t, (*_, c) in todo.items() if c], [a for _, a in ran])
         for digest, seconds, (*_, contract) in zip(todo, timed, todo.values()):
             if isinstance(seconds, Exception):
                 self._failed.add(digest)
