@@ -186,3 +186,66 @@ def test_a_weight_transposed_for_a_conv_is_made_in_the_conv_order():
     assert t.out() not in layouts.memory_orders(g)
     (k,) = [k for k in part.partition(g, conv_layouts=True) if k.kind == "contract"]
     assert not k.relaid
+
+
+def _fire(after):
+    """Two NCHW convs of one squeezed value, concatenated (a SqueezeNet fire module),
+    then `after(concat, w)`."""
+    def fn(x, a, b, w):
+        s = jax.nn.relu(conv(x, b))
+        return after(jnp.concatenate([jax.nn.relu(conv(s, a)), jax.nn.relu(conv(s, b))], 1), w)
+    return fn
+
+
+def _nhwc_conv(c, w):
+    nhwc = ("NHWC", "HWIO", "NHWC")
+    return conv(c.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0), nhwc).transpose(0, 3, 1, 2)
+
+
+CONCATS = {   # name: (program, the order XLA writes the concatenate in)
+    "read_by_one_conv": (_fire(conv), "conv"),
+    "read_by_a_conv_through_its_transpose": (_fire(_nhwc_conv), "conv"),
+    "of_pools_read_by_one_conv": (
+        lambda x, a, b, w: conv(jnp.concatenate([pool(conv(x, a)), pool(conv(x, b))], 1), w),
+        "conv"),
+    "read_by_a_conv_and_a_pool": (_fire(lambda c, w: (conv(c, w), pool(c))), "logical"),
+    "read_by_two_convs": (_fire(lambda c, w: conv(c, w) + conv(c, w * 2)), "logical"),
+    "read_by_a_conv_and_the_result": (_fire(lambda c, w: (conv(c, w), c)), "logical"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONCATS))
+def test_a_concatenate_is_written_in_the_order_of_its_one_conv(name):
+    # XLA CPU fuses the concatenate with the copy into its one conv's channels-last
+    # order ([1, 12, 12, 16]); read by more, it makes it logical ([1, 16, 12, 12]), and
+    # copies it for the conv. Priced logical, the concatenate and the conv each paid a
+    # transposing copy that the program does not make (SqueezeNet's fire modules).
+    fn, expected = CONCATS[name]
+    x = jnp.ones((1, 8, 12, 12))
+    a, b, w = jnp.ones((8, 8, 3, 3)), jnp.ones((8, 8, 1, 1)) * 2, jnp.ones((8, 16, 1, 1))
+    text = jax.jit(fn).lower(x, a, b, w).compile().as_text()
+    fused = {m[0]: m[1] for m in re.findall(r"^(?:ENTRY )?%?([\w.\-]+) .*?\{\n(.*?)\n\}",
+                                            text, re.M | re.S)}
+    made = {shape for shape, called in re.findall(
+        r"= f32\[([\d,]+)\]\{[\d,]+\} fusion\(.*calls=%([\w.\-]+)", text)
+        if "concatenate(" in fused.get(called, "")}
+    assert {"conv" if s.endswith(",16") else "logical" for s in made} == {expected}
+    g = capture.capture(fn, (x, a, b, w)).graph
+    (concat,) = [n for n in g.nodes if n.op == "concatenate"]
+    assert layouts.memory_orders(g).get(concat.out(), "logical") == {
+        "conv": (0, 2, 3, 1), "logical": "logical"}[expected]
+
+
+def test_the_conv_after_a_fire_module_reads_its_concatenate_with_no_copy():
+    # timed alone, the conv is handed the concatenate channels-last, as the program
+    # hands it: its weight's copy is the one left (handed it logical, a copy of its
+    # input too)
+    fn = _fire(lambda c, w: jax.nn.relu(conv(c, w)))
+    x = jnp.ones((1, 8, 12, 12))
+    a, b, w = jnp.ones((8, 8, 3, 3)), jnp.ones((8, 8, 1, 1)), jnp.ones((8, 16, 1, 1))
+    g = capture.capture(fn, (x, a, b, w)).graph
+    kernels = part.partition(g, conv_layouts=True)
+    last = [k for k in kernels if k.kind == "contract"][-1]
+    assert copies(last) == 1
+    assert_close(run_kernels(g, kernels, (x, a, b, w)), [jax.jit(fn)(x, a, b, w)], 1e-5,
+                 "fire")
