@@ -193,7 +193,8 @@ def _fire(after):
     then `after(concat, w)`."""
     def fn(x, a, b, w):
         s = jax.nn.relu(conv(x, b))
-        return after(jnp.concatenate([jax.nn.relu(conv(s, a)), jax.nn.relu(conv(s, b))], 1), w)
+        both = [jax.nn.relu(conv(s, a)), jax.nn.relu(conv(s, b))]
+        return after(jnp.concatenate(both, 1), w)
     return fn
 
 

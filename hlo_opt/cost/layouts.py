@@ -12,7 +12,7 @@ and an elementwise op whose operands come in two orders. In SqueezeNet's NCHW pr
 that are its fire modules' concatenates; none between a conv, its relu and the next conv.
 A concatenate that one conv alone reads is that copy: XLA writes it in the conv's order
 (`_for_one_conv`). Priced logical, six of SqueezeNet's eight and the conv after each
-paid a transposing copy apiece, and those convs, timed so, 0.39-0.64 ms against 0.13-0.17
+paid a transposing copy apiece, and those convs, timed so, 0.39-0.76 ms against 0.17-0.29
 channels-last: the original priced 1.21x its run where the relaid network priced 0.98x.
 
 A conv timed alone with logical-order operands gets a copy on each side that the
