@@ -102,8 +102,8 @@ def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
         kind = ops.get(node.op).kind
         if node.op == "conv_general_dilated":
             order[node.out()] = _conv_orders(node)[2]
-        elif node.op == "concatenate" and _for_one_conv(node.out(), users):
-            order[node.out()] = _for_one_conv(node.out(), users)
+        elif node.op == "concatenate" and (conv_order := _for_one_conv(node.out(), users)):
+            order[node.out()] = conv_order
         elif node.op == "transpose":
             wanted = _wanted(node.out(), users.get(node, ()))
             if node.inputs[0] in order:
