@@ -5,6 +5,7 @@
     python examples/cost_fidelity.py --small --models=bert,sru --variants=8   # a smoke run
     python examples/cost_fidelity.py --cache_dir=C --out=R    # keep the kernel timings, then
     python examples/cost_fidelity.py --cache_dir=C --rescore=R/cost_fidelity.json --nocases
+    python examples/cost_fidelity.py --pooled=R1/cost_fidelity.json,R2/cost_fidelity.json
 
 Each model's programs are compiled with the XLA options `hlo_opt.jit` would choose for it
 on this device (`compile_options`; `--options=defaults` for XLA's own), and its kernels
@@ -32,10 +33,15 @@ run takes most of an hour, and without the kernel timings' drift between two run
 (repriced from a cache another run had partly filled, one run's Inception-v3 variants
 moved up to 31% and its Spearman from 0.75 to 0.69). A score to try a change by, not a result:
 a change is shown by a run of its own.
+
+`--pooled` scores the last of several kept runs' prices against the measurements of all
+of them pooled (`docs/runs` keeps five): a reading of how far one run's measurement,
+not the model, set its Spearman.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import statistics
@@ -75,6 +81,9 @@ flags.DEFINE_string("cache_dir", None, "Kernel timings to start from (default: n
 flags.DEFINE_string("rescore", None, "A cost_fidelity.json of a run made with --cache_dir: "
                     "price its variants again from that directory and score them against "
                     "its measurements; nothing is run (see the module's doc).")
+flags.DEFINE_list("pooled", None, "Kept runs' cost_fidelity.json files, the one scored last: "
+                  "its prices against the measurements of all those compiled as it was, "
+                  "pooled (`pooled`); nothing is run.")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
@@ -260,6 +269,37 @@ def rescore(record: dict, cache_dir: str) -> dict:
             "run_spearman": record["spearman"],
             "run_speedup_error_median": record["speedup_error_median"],
             "timed": model.measured + model.programs}     # kernels, programs not in the cache
+
+
+def pooled(records: list[dict]) -> dict:
+    """One model's records from several kept runs, the last the one scored: its prices
+    against each variant's time over the original's, the geometric mean over the runs
+    compiled with its options (the others are left out: SqueezeNet's YNNPACK choice
+    moved between runs, and with it the order). A run's measurement holds that hour's
+    slow spells; pooled over runs hours apart, fewer of them. Beside it, how the runs'
+    measurements rank each other (`between`: least, median, most), what no run's
+    split halves show: BERT's agreed within a run at 0.43-0.71 and between two runs at
+    0.29-0.78, NasRNN's at 0.89-0.98 and 0.85-0.95 (the five runs in `docs/runs`).
+    A run whose variants are not the scored run's is refused."""
+    last = records[-1]
+    names = [v["name"] for v in last["variants"]]
+    for r in records:
+        if [v["name"] for v in r["variants"]] != names:
+            raise ValueError(f"{last['model']}: a run has the variants "
+                             f"{[v['name'] for v in r['variants']]}, the scored run {names}")
+    options = last.get("compiler_options", "")
+    same = [r for r in records if r.get("compiler_options", "") == options]
+    relative = [np.log([v["measured_s"] for v in r["variants"]]) for r in same]
+    relative = [x - x[0] for x in relative]
+    mean = np.mean(relative, axis=0)
+    between = sorted(spearman(a, b) for a, b in itertools.combinations(relative, 2))
+    repriced = [v.get("repriced_s") for v in last["variants"]]
+    return {"model": last["model"], "runs": len(same), "left_out": len(records) - len(same),
+            "spearman": spearman([v["predicted_s"] for v in last["variants"]], mean),
+            "repriced": None if None in repriced else spearman(repriced, mean),
+            "run_spearman": last["spearman"],
+            "between": (between[0], statistics.median(between), between[-1]) if between
+            else None}
 
 
 # -- the sign cases -------------------------------------------------------------------------
@@ -456,6 +496,19 @@ def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     bench.quiet_logs()
+    if FLAGS.pooled:
+        runs = [json.loads(Path(p).read_text())["models"] for p in FLAGS.pooled]
+        for record in runs[-1]:
+            if record["model"] in FLAGS.models:
+                r = pooled([m for run in runs for m in run if m["model"] == record["model"]])
+                lo, mid, hi = r["between"] or (math.nan,) * 3
+                repriced = "-" if r["repriced"] is None else f"{r['repriced']:.2f}"
+                print(f"{r['model']}: Spearman {r['spearman']:.2f} against {r['runs']} runs "
+                      f"pooled (its own run's {r['run_spearman']:.2f}; repriced "
+                      f"{repriced}); the runs' measurements rank each other "
+                      f"{lo:.2f}-{hi:.2f} (median {mid:.2f}); {r['left_out']} compiled "
+                      f"otherwise left out", flush=True)
+        return
     if FLAGS.rescore:
         if not FLAGS.cache_dir:
             raise SystemExit("--rescore prices from the run's kernel timings: give its "

@@ -384,3 +384,33 @@ def test_a_kept_run_is_rescored_from_its_kernel_timings(tmp_path):
     record["variants"][1]["name"] = "not a variant this code makes"
     with pytest.raises(ValueError, match="sru"):
         cost_fidelity.rescore(record, str(tmp_path))
+
+
+def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements():
+    """`--pooled`: each variant's time over its run's original, averaged (geometrically)
+    over the runs compiled as the scored one was; a run compiled otherwise is left out,
+    and a run of other variants is refused."""
+    import cost_fidelity
+    names = ["original", "a #1", "b #2", "c #3"]
+    truth = [1.0, 0.8, 0.6, 0.4]
+
+    def run(measured, options="", predicted=truth):
+        return {"model": "m", "compiler_options": options,
+                "spearman": cost_fidelity.spearman(predicted, measured),
+                "variants": [{"name": n, "measured_s": s, "predicted_s": p, "repriced_s": p}
+                             for n, s, p in zip(names, measured, predicted)]}
+    slow_hour = run([2.0, 1.16, 1.24, 0.80])      # twice as slow, a and b swapped
+    other = run([1.0, 0.1, 0.5, 2.0], options='{"x": "y"}')     # reversed: left out
+    steady = run(truth)
+    scored = run([1.0, 0.80, 0.60, 0.61])          # b and c swapped
+    r = cost_fidelity.pooled([slow_hour, other, steady, scored])
+    assert scored["spearman"] < 1 and r["run_spearman"] == scored["spearman"]
+    assert r["spearman"] == pytest.approx(1.0) and r["repriced"] == pytest.approx(1.0)
+    assert (r["runs"], r["left_out"]) == (3, 1)
+    # slow hour against steady 0.8, against scored 0.4; steady against scored 0.8
+    assert r["between"] == pytest.approx((0.4, 0.8, 0.8))
+    assert cost_fidelity.pooled([other, scored])["between"] is None
+    renamed = run(truth)
+    renamed["variants"][3]["name"] = "d #3"
+    with pytest.raises(ValueError, match="variants"):
+        cost_fidelity.pooled([renamed, scored])
