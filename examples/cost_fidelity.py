@@ -35,7 +35,7 @@ moved up to 31% and its Spearman from 0.75 to 0.69). A score to try a change by,
 a change is shown by a run of its own.
 
 `--pooled` scores the last of several kept runs' prices against the measurements of all
-of them pooled (`docs/runs` keeps five): a reading of how far one run's measurement,
+of them pooled (`docs/runs` keeps the last full runs): a reading of how far one run's measurement,
 not the model, set its Spearman.
 """
 from __future__ import annotations
@@ -279,7 +279,8 @@ def pooled(records: list[dict]) -> dict:
     slow spells; pooled over runs hours apart, fewer of them. Beside it, how the runs'
     measurements rank each other (`between`: least, median, most), what no run's
     split halves show: BERT's agreed within a run at 0.43-0.71 and between two runs at
-    0.29-0.78, NasRNN's at 0.89-0.98 and 0.85-0.95 (the five runs in `docs/runs`).
+    0.29-0.78, NasRNN's at 0.89-0.98 and 0.85-0.95 (the runs c1654a9 to 1e4535e in
+    `docs/runs`).
     A run whose variants are not the scored run's is refused."""
     last = records[-1]
     names = [v["name"] for v in last["variants"]]
