@@ -42,7 +42,7 @@ def test_a_temp_past_the_mmap_line_costs_its_faults_and_one_under_it_does_not():
     small, big = (capture.capture(*_im2col(n)).graph for n in (80, 147))
     assert _estimate(small) < memory.MMAP_LINE < _estimate(big)
     assert model.cost(small).faults == 0.0
-    expect = _estimate(big) * memory.DEFAULT_FRESH     # no weight copies: one thread's rate
+    expect = _estimate(big) * memory.DEFAULT_FRESH     # no weight copies: the threads' rate
     assert model.cost(big).faults == pytest.approx(expect)
     summed = sum(k.seconds for k in model.cost(big).kernels)
     assert model.cost(big).total == pytest.approx(summed + expect)
@@ -52,7 +52,7 @@ def _refused():
     raise AssertionError("a rate was calibrated where no page past the line needs it")
 
 
-def test_weight_copies_fault_at_the_copies_rate_and_other_pages_at_one_threads():
+def test_weight_copies_fault_at_the_copies_rate_and_other_pages_at_the_threads():
     g = capture.capture(lambda x: x * 2, (jnp.ones((4,)),)).graph
     copy_rate, fresh = (lambda: 1.0), (lambda: 10.0)
     assert memory.seconds(g, 40 * MiB, 30 * MiB, copy_rate, fresh) == 30 * MiB + 100 * MiB
@@ -79,18 +79,27 @@ def test_an_nchw_programs_weight_copies_are_priced_apart_from_its_activations():
                                    + (temp - copies) * memory.DEFAULT_FRESH)
 
 
-def test_one_threads_fresh_page_rate_is_measured_once_and_cached(tmp_path, monkeypatch):
+def test_the_threads_fresh_page_rate_is_measured_once_and_cached(tmp_path, monkeypatch):
     header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
     rate = memory.fresh_rate(header, tmp_path)
     assert 0 < rate < 1e-6
-    monkeypatch.setattr(memory, "_one_thread_rate", _refused)
+    monkeypatch.setattr(memory, "_threads_rate", _refused)
     assert memory.fresh_rate(header, tmp_path) == rate
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_the_threads_share_the_fresh_pages_each_page_once(threads):
+    nbytes = 10 * memory.PAGE + 5                   # the last, partial page is not written
+    written = [i for part in memory.shares(nbytes, threads)
+               for i in range(nbytes)[part]]
+    assert sorted(written) == [p * memory.PAGE for p in range(10)]
+    assert len(memory.shares(nbytes, threads)) == threads
 
 
 def test_a_fresh_page_that_costs_nothing_measurable_is_priced_at_the_vms_rate(
         tmp_path, monkeypatch, caplog):
     header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
-    monkeypatch.setattr(memory, "_one_thread_rate", lambda: -1e-12)
+    monkeypatch.setattr(memory, "_threads_rate", lambda: -1e-12)
     with caplog.at_level("WARNING", logger="hlo_opt"):
         assert memory.fresh_rate(header, tmp_path) == memory.DEFAULT_FRESH
     assert "nothing measurable" in caplog.text

@@ -19,9 +19,9 @@ of a concatenate, which XLA's CPU backend materialises (it fuses no concatenate:
 operand is a loop of its own, then a copy). `seconds` prices the faults at two rates,
 each measured once per device: the pages of the weight copies XLA makes for its convs
 at the rate XLA pays for them (`calibrate`: many copies, run side by side on every
-thread, their faults overlapping), and every other page at the rate of one thread
-faulting a fresh mapping in and unmapping it (`fresh_rate`). An activation's pages are
-faulted in by the one kernel that writes them.
+thread, their faults overlapping), and every other page at the rate of XLA's threads
+faulting a fresh mapping in side by side and one unmapping it (`fresh_rate`). An
+activation's pages are faulted in by the one kernel that writes them, on every thread.
 
 Measured on the AMD EPYC VM (2026-12-03): the copies' rate read 0.96-1.14 us a page;
 Inception-v3 with its 3x3 convs as im2col (a 47.5 MiB temp buffer, all of it the
@@ -32,7 +32,9 @@ call: about 2.4 us a page); one thread writing a byte a page of a fresh mapping 
 2.5 us a page, and 0.7 more to unmap it. Priced at the copies' rate, the im2col
 variants read 0.72-0.79x the original where they ran 0.84-0.97x (20 rounds), and
 Inception-v3's Spearman was 0.66-0.70; with those pages at the one-thread rate, 0.95-0.97
-against the same measurements (`docs/history.md`).
+against the same measurements (`docs/history.md`). Over later runs that one-thread rate
+priced them 0.93-1.04x where they ran 0.67-1.0x; XLA writes them on both threads, which
+fault side by side (`fresh_rate`).
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
@@ -60,7 +63,7 @@ from hlo_opt.ir import Graph, Value
 MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
 PAGE = 4096
 DEFAULT_FAULT = 0.7e-6 / PAGE   # seconds per byte, for tests: 0.7 us a page on the VM
-DEFAULT_FRESH = 3.2e-6 / PAGE   # ... one thread's fresh page, faulted in and unmapped
+DEFAULT_FRESH = 2.0e-6 / PAGE   # ... a fresh page, faulted in by two threads, unmapped
 
 logger = logging.getLogger("hlo_opt")
 
@@ -236,20 +239,32 @@ def calibrate(header: dict, cache_dir=None) -> float:
 
 
 FAULT_ENTRY = "xla_fault_per_counted_byte"
-FRESH_ENTRY = "one_thread_fresh_page_per_byte"
+FRESH_ENTRY = "threads_fresh_page_per_byte"     # (one thread's, before: measured again)
 FRESH_BYTES = 64 << 20      # the mapping `fresh_rate` faults in: 16,384 pages
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+    else os.cpu_count() or 1        # XLA's CPU thread pool: one thread a core it may run on
 
 
 def fresh_rate(header: dict, cache_dir=None) -> float:
-    """Seconds per byte of a fresh page faulted in and given back by one thread alone, as
-    the kernel that writes an activation past the line pays it each call: the least over
-    `ROUNDS` of a byte written per page of a fresh anonymous mapping, then unmapped, less
-    the same writes to a mapping already in place. Under a second; measured once per
-    device and cached beside `calibrate`'s rate. Where the two read alike (an OS that
-    maps pages in ahead), the rate measured on the VM (`DEFAULT_FRESH`), with a warning."""
+    """Seconds per byte of a fresh page as the kernel that writes an activation past the
+    line pays it each call: its pages faulted in by all of XLA's threads side by side,
+    each writing its share of the buffer, then given back by one (the buffer's free):
+    the least over `ROUNDS` of `THREADS` threads each writing a byte per page of its share
+    of a fresh anonymous mapping, then the mapping unmapped, less the same writes to a
+    mapping already in place. Under a second; measured once per device and cached beside
+    `calibrate`'s rate. Where the two read alike (an OS that maps pages in ahead), the rate
+    measured on the VM (`DEFAULT_FRESH`), with a warning.
+
+    One thread alone read 2.3-2.5 us a page on the AMD EPYC VM (2026-12-04) and two side by
+    side 1.35 plus 0.65 to unmap, 2.0 (`/tmp/s87/par.py`); XLA's slices and concatenate
+    writing Inception-v3's im2col columns fault on both threads. Priced at one thread's
+    rate (3.1 us in the 5992840 run's cache), its im2col variants read 0.93-0.99x the
+    original in that run and the six kept runs' measurements ranked them at 0.71-0.93;
+    at 0.65 of it (2.0 us, the threads' rate) at 0.91-0.98 (`--rescore` from a copy of
+    that run's cache, `docs/history.md`)."""
     cache = Cache("memory", header, cache_dir)
     if FRESH_ENTRY not in cache:
-        rate = _one_thread_rate()
+        rate = _threads_rate()
         if rate <= 0:
             logger.warning("hlo_opt: a fresh page cost this device nothing measurable; "
                            "pricing one at %.3g us, as measured on a 2-core VM",
@@ -260,24 +275,40 @@ def fresh_rate(header: dict, cache_dir=None) -> float:
     return float(cache.get(FRESH_ENTRY))
 
 
-def _one_thread_rate() -> float:
-    """`fresh_rate`'s microbenchmark: seconds per byte, fresh less touched."""
+def shares(nbytes: int, threads: int) -> list[slice]:
+    """Each thread's share of `nbytes` of pages: whole pages, one slice a thread, the first
+    byte of each page once."""
+    pages = nbytes // PAGE
+    bounds = [pages * i // threads * PAGE for i in range(threads + 1)]
+    return [slice(lo, hi, PAGE) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+def _threads_rate(threads: int | None = None) -> float:
+    """`fresh_rate`'s microbenchmark: seconds per byte, fresh less touched, the pages
+    written by `threads` (default `THREADS`) side by side (numpy lets go of the GIL for
+    the writes) and unmapped by this one."""
+    parts = shares(FRESH_BYTES, threads or THREADS)
     touched = mmap.mmap(-1, FRESH_BYTES)
     warm = np.frombuffer(touched, np.uint8)
     warm[::PAGE] = 1
     fresh_s = warm_s = float("inf")
-    for _ in range(ROUNDS):
-        deadline.check()
-        mapping = mmap.mmap(-1, FRESH_BYTES)
-        view = np.frombuffer(mapping, np.uint8)
-        start = time.perf_counter()
-        view[::PAGE] = 1
-        del view                    # the mapping cannot close while a view holds it
-        mapping.close()
-        fresh_s = min(fresh_s, time.perf_counter() - start)
-        start = time.perf_counter()
-        warm[::PAGE] += 1
-        warm_s = min(warm_s, time.perf_counter() - start)
+    with ThreadPoolExecutor(len(parts)) as pool:
+        def write(view):
+            for done in [pool.submit(view.__setitem__, part, 1) for part in parts]:
+                done.result()
+        write(warm)                 # the threads started
+        for _ in range(ROUNDS):
+            deadline.check()
+            mapping = mmap.mmap(-1, FRESH_BYTES)
+            view = np.frombuffer(mapping, np.uint8)
+            start = time.perf_counter()
+            write(view)
+            del view                # the mapping cannot close while a view holds it
+            mapping.close()
+            fresh_s = min(fresh_s, time.perf_counter() - start)
+            start = time.perf_counter()
+            write(warm)
+            warm_s = min(warm_s, time.perf_counter() - start)
     del warm
     touched.close()
     return (fresh_s - warm_s) / FRESH_BYTES

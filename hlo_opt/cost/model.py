@@ -136,7 +136,7 @@ class CostModel:
         return memory.DEFAULT_FAULT
 
     def fresh_page_per_byte(self) -> float:
-        """Seconds per byte of any other fresh page: one thread's (`memory.fresh_rate`)."""
+        """Seconds per byte of any other fresh page: XLA's threads' (`memory.fresh_rate`)."""
         return memory.DEFAULT_FRESH
 
     def prepare(self, kernels: Sequence[Kernel]) -> None:
