@@ -25,6 +25,8 @@ original is from the measured one. Then the sign cases of the cost-model issue: 
 pair of programs whose speed-up was measured as a win or a loss; the model must call
 the sign this device measures, where a sign test over the rounds decides one.
 Also: how long pricing a model's kernels takes from a cold and from a warm cache.
+Each model is priced and timed in a Python process of its own (`--noapart`: all in this
+one), and each variant's record says how many pages a call of it faulted.
 
 `--rescore` prices a kept run's variants again with the code as it is now, from that
 run's kernel timings (`--cache_dir`), and scores the prices against the run's own
@@ -45,6 +47,8 @@ import itertools
 import json
 import math
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,6 +63,7 @@ import bench
 import models
 import variants as V
 from hlo_opt import capture, compile_options, cost, frozen, pipeline
+from hlo_opt.cost import memory
 from models import layers
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -84,6 +89,11 @@ flags.DEFINE_string("rescore", None, "A cost_fidelity.json of a run made with --
 flags.DEFINE_list("pooled", None, "Kept runs' cost_fidelity.json files, the one scored last: "
                   "its prices against the measurements of all those compiled as it was, "
                   "pooled (`pooled`); nothing is run.")
+flags.DEFINE_bool("apart", True, "Each model priced and timed in a Python process of its "
+                  "own (`apart`), as a user's program runs: in one process after other "
+                  "models, Inception-v3's im2col variants ran as if their temp buffer's "
+                  "pages were not faulted in (two full runs), where a fresh process "
+                  "faulted them every call.")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
@@ -218,23 +228,37 @@ def fidelity(name: str, cache_dir: str) -> dict:
     found = V.variants(graph, FLAGS.variants, fixed=frozen_inputs)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
     repriced = reprice([g for _, g in found], frozen_inputs, options)
-    measured, ratios = round_robin([program(g, frozen_inputs, args, options)
-                                    for _, g in found], FLAGS.rounds,
-                                   FLAGS.rounds_within)
+    programs = [program(g, frozen_inputs, args, options) for _, g in found]
+    measured, ratios = round_robin(programs, FLAGS.rounds, FLAGS.rounds_within)
+    faults = [faults_per_call(fn, a) for fn, a in programs]
     agreement = split_half(ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
             "small": FLAGS.small,
             # each round's speed-up over the original too: a run that reads off can be
             # told from a slow spell (rounds apart) or a steady bias (every round)
             "variants": [{"name": n, "predicted_s": p, "repriced_s": q, "measured_s": m,
-                          "speedup_by_round": r}
-                         for (n, _), p, q, m, r in zip(found, predicted, repriced, measured,
-                                                       ratios)],
+                          "speedup_by_round": r, "faults_per_call": f}
+                         for (n, _), p, q, m, r, f in zip(found, predicted, repriced,
+                                                          measured, ratios, faults)],
             **scores(predicted, measured, ratios),
             "split_half": agreement,
             "priced_vs_itself": spearman(predicted, repriced),
             "ceiling": ceiling(agreement),
             "cold_s": cold_s, "warm_s": warm_s, "kernels_measured_cold": kernels}
+
+
+def faults_per_call(fn, args, calls: int = 3) -> float | None:
+    """Pages the process faulted in a call of `fn(*args)` after the rounds (None where
+    the OS counts none). The model prices a temp buffer past malloc's line as faulted in
+    every call (`memory.py`); Inception-v3's im2col variants ran as if none of theirs
+    were in two full runs, and faulted all 12,831 of them a call in fresh processes."""
+    jax.block_until_ready(fn(*args))
+    before = memory._faults()
+    if before is None:
+        return None
+    for _ in range(calls):
+        jax.block_until_ready(fn(*args))
+    return (memory._faults() - before) / calls
 
 
 def scores(predicted, measured, ratios) -> dict:
@@ -477,11 +501,24 @@ def markdown(records, cases, env) -> str:
     return "\n".join(lines) + "\n"
 
 
+def apart(name: str, cache_dir: str) -> dict:
+    """`fidelity(name)` run in a fresh Python process with this run's flags: what a
+    process holds after other models (malloc's free chunks, among others) is not what a
+    user's program starts with. Its record, read from the JSON it writes."""
+    passed = ["variants", "rounds", "rounds_within", "options", "small"]
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, str(Path(__file__).resolve()), f"--models={name}",
+                   "--nocases", "--noapart", f"--cache_dir={cache_dir}", f"--out={out}",
+                   *(f"--{f}={FLAGS[f].value}" for f in passed)]
+        subprocess.run(command, check=True)
+        return json.loads((Path(out) / "cost_fidelity.json").read_text())["models"][0]
+
+
 def run(cache_dir: str) -> None:
     records = []
     for name in FLAGS.models:
         logging.warning("cost fidelity: %s", name)
-        records.append(fidelity(name, cache_dir))
+        records.append(apart(name, cache_dir) if FLAGS.apart else fidelity(name, cache_dir))
         r = records[-1]
         print(f"{name}: {len(r['variants'])} variants, Spearman {r['spearman']:.2f} "
               f"(measured vs itself {r['split_half']:.2f}), "

@@ -414,3 +414,24 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
     renamed["variants"][3]["name"] = "d #3"
     with pytest.raises(ValueError, match="variants"):
         cost_fidelity.pooled([renamed, scored])
+
+
+def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
+    """The script end to end, each model priced and timed apart (`--apart`, the default):
+    the run's record holds both models, with the variants `variants.py` makes for each,
+    timed, and the pages each faulted a call."""
+    result = _run("examples/cost_fidelity.py", "--small", "--models=sru,bert",
+                  "--variants=3", "--rounds=2", "--rounds_within=1", "--nocases",
+                  f"--cache_dir={tmp_path / 'cache'}", f"--out={tmp_path / 'out'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = json.loads((tmp_path / "out" / "cost_fidelity.json").read_text())["models"]
+    assert [r["model"] for r in records] == ["sru", "bert"]
+    import cost_fidelity
+    import variants
+    for r in records:
+        graph, _, frozen_inputs = cost_fidelity.captured(r["model"], True)
+        names = [n for n, _ in variants.variants(graph, 3, fixed=frozen_inputs)]
+        assert [v["name"] for v in r["variants"]] == names
+        assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
+        assert all(v["faults_per_call"] is None or v["faults_per_call"] >= 0
+                   for v in r["variants"])
