@@ -39,8 +39,9 @@ WAKE_WITHIN = 1.25 # to its best speed (hot, the median call reads 1.14x the lea
 WAKE_CALLS = 10    # as the median of this many calls
 SPAN = 0.05        # `least_in_rounds`: seconds a batch's samples span at least, in
 MAX_ROUNDS = 4     # ... at most this many times its rounds
-COMPILERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                else os.cpu_count() or 1)     # kernels compiled at once (`_compile_all`)
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+    else os.cpu_count() or 1        # the cores this process may run on
+COMPILERS = min(4, CORES)           # kernels compiled at once (`_compile_all`)
 
 
 def random_args(types: Sequence[TensorType], seed: int = 0) -> list[jax.Array]:

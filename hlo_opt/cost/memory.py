@@ -241,8 +241,7 @@ def calibrate(header: dict, cache_dir=None) -> float:
 FAULT_ENTRY = "xla_fault_per_counted_byte"
 FRESH_ENTRY = "threads_fresh_page_per_byte"     # (one thread's, before: measured again)
 FRESH_BYTES = 64 << 20      # the mapping `fresh_rate` faults in: 16,384 pages
-THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-    else os.cpu_count() or 1        # XLA's CPU thread pool: one thread a core it may run on
+THREADS = measure.CORES     # XLA's CPU thread pool: one thread a core it may run on
 
 
 def fresh_rate(header: dict, cache_dir=None) -> float:
