@@ -63,7 +63,7 @@ import bench
 import models
 import variants as V
 from hlo_opt import capture, compile_options, cost, frozen, pipeline
-from hlo_opt.cost import memory
+from hlo_opt.cost import fault_rates
 from models import layers
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
@@ -253,12 +253,12 @@ def faults_per_call(fn, args, calls: int = 3) -> float | None:
     every call (`memory.py`); Inception-v3's im2col variants ran as if none of theirs
     were in two full runs, and faulted all 12,831 of them a call in fresh processes."""
     jax.block_until_ready(fn(*args))
-    before = memory._faults()
+    before = fault_rates.taken()
     if before is None:
         return None
     for _ in range(calls):
         jax.block_until_ready(fn(*args))
-    return (memory._faults() - before) / calls
+    return (fault_rates.taken() - before) / calls
 
 
 def scores(predicted, measured, ratios) -> dict:

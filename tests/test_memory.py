@@ -1,14 +1,11 @@
 """The per-call memory term of the cost model: the temp-buffer estimate against XLA's own
-buffer assignment, the mmap line, and the calibration. No test asserts a measured speed."""
-import sys
-import time
-
+buffer assignment, the mmap line, and the two rates' place in the price. No test asserts a measured speed."""
 import jax
 import jax.numpy as jnp
 import pytest
 
-from hlo_opt import capture, cost, deadline
-from hlo_opt.cost import layouts, memory, partition
+from hlo_opt import capture, cost
+from hlo_opt.cost import fault_rates, layouts, memory, partition
 from hlo_opt.frozen import weight_only
 
 MiB = 1 << 20
@@ -42,7 +39,7 @@ def test_a_temp_past_the_mmap_line_costs_its_faults_and_one_under_it_does_not():
     small, big = (capture.capture(*_im2col(n)).graph for n in (80, 147))
     assert _estimate(small) < memory.MMAP_LINE < _estimate(big)
     assert model.cost(small).faults == 0.0
-    expect = _estimate(big) * memory.DEFAULT_FRESH     # no weight copies: the threads' rate
+    expect = _estimate(big) * fault_rates.DEFAULT_FRESH     # no weight copies: the threads' rate
     assert model.cost(big).faults == pytest.approx(expect)
     summed = sum(k.seconds for k in model.cost(big).kernels)
     assert model.cost(big).total == pytest.approx(summed + expect)
@@ -75,34 +72,9 @@ def test_an_nchw_programs_weight_copies_are_priced_apart_from_its_activations():
     temp, copies = memory.temp_bytes(graph, kernels, pre), layouts.weight_copies(kernels, pre)
     assert copies == 12 * 4 * MiB and temp > memory.MMAP_LINE and temp > copies
     faults = cost.Analytic().cost(graph).faults
-    assert faults == pytest.approx(copies * memory.DEFAULT_FAULT
-                                   + (temp - copies) * memory.DEFAULT_FRESH)
+    assert faults == pytest.approx(copies * fault_rates.DEFAULT_FAULT
+                                   + (temp - copies) * fault_rates.DEFAULT_FRESH)
 
-
-def test_the_threads_fresh_page_rate_is_measured_once_and_cached(tmp_path, monkeypatch):
-    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
-    rate = memory.fresh_rate(header, tmp_path)
-    assert 0 < rate < 1e-6
-    monkeypatch.setattr(memory, "_threads_rate", _refused)
-    assert memory.fresh_rate(header, tmp_path) == rate
-
-
-@pytest.mark.parametrize("threads", [1, 2, 3, 7])
-def test_the_threads_share_the_fresh_pages_each_page_once(threads):
-    nbytes = 10 * memory.PAGE + 5                   # the last, partial page is not written
-    written = [i for part in memory.shares(nbytes, threads)
-               for i in range(nbytes)[part]]
-    assert sorted(written) == [p * memory.PAGE for p in range(10)]
-    assert len(memory.shares(nbytes, threads)) == threads
-
-
-def test_a_fresh_page_that_costs_nothing_measurable_is_priced_at_the_vms_rate(
-        tmp_path, monkeypatch, caplog):
-    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
-    monkeypatch.setattr(memory, "_threads_rate", lambda: -1e-12)
-    with caplog.at_level("WARNING", logger="hlo_opt"):
-        assert memory.fresh_rate(header, tmp_path) == memory.DEFAULT_FRESH
-    assert "nothing measurable" in caplog.text
 
 
 def test_the_depth_first_order_is_taken_where_program_order_holds_more():
@@ -157,78 +129,3 @@ def test_outputs_and_weights_are_not_temporaries():
     fixed = weight_only(g, (0,))
     frozen = [all(v.node in fixed for v in k.inputs) for k in kernels]
     assert memory.temp_bytes(g, kernels, frozen) == 64 * 64 * 4   # w*2 is an argument now
-
-
-def test_the_fault_rate_is_measured_once_and_cached(tmp_path):
-    header = {"device": "test", "platform": "cpu", "jax": jax.__version__}
-    rate = memory.calibrate(header, tmp_path)
-    assert 0 < rate < 1e-6                  # seconds per byte: under 4 ms a page
-    assert memory.calibrate(header, tmp_path) == rate
-
-
-def test_a_temp_buffer_past_the_line_faults_every_page_each_call():
-    if memory._faults() is None:
-        pytest.skip("this OS counts no page faults")
-    fn, args = memory.copies_program(memory.BIG_COPIES)
-    jax.block_until_ready(fn(*args))
-    before = memory._faults()
-    for _ in range(3):
-        jax.block_until_ready(fn(*args))
-    pages = memory.BIG_COPIES * memory.COPY_BYTES // memory.PAGE
-    assert (memory._faults() - before) / 3 >= 0.95 * pages
-
-
-def test_the_fault_rate_divides_by_the_pages_the_two_programs_faulted():
-    copy_pages = memory.COPY_BYTES / memory.PAGE
-    # the program under the line faulted half its pages in its least sample
-    assert memory._rate([(2e-3, copy_pages / 2), (3e-3, copy_pages)]) == pytest.approx(
-        1e-3 / (copy_pages / 2 * memory.PAGE))
-    # both faulted alike, or the one past the line ran no slower: not the faults'
-    assert memory._rate([(2e-3, copy_pages), (2.1e-3, copy_pages)]) is None
-    assert memory._rate([(2e-3, 0.0), (1.9e-3, copy_pages)]) is None
-
-
-def _places(monkeypatch, apart, here):
-    """Stands in for the calibration's rounds, in its own process and in this one."""
-    def fake(result):
-        def copy_seconds(counts):
-            assert counts == (memory.SMALL_COPIES, memory.BIG_COPIES)
-            if isinstance(result, Exception):
-                raise result
-            return result
-        return copy_seconds
-    monkeypatch.setattr(memory, "_copy_seconds_apart", fake(apart))
-    monkeypatch.setattr(memory, "_copy_seconds", fake(here))
-
-
-def test_the_fault_rate_is_measured_here_where_its_own_process_cannot_tell(monkeypatch, caplog):
-    copy_pages = memory.COPY_BYTES / memory.PAGE
-    apart = [(2e-3, 0.0), (3e-3, copy_pages)]
-    alike = [(3e-3, copy_pages), (3e-3, copy_pages)]
-    _places(monkeypatch, apart, AssertionError("measured here too"))
-    assert memory._measured_rate() == memory._rate(apart)
-    _places(monkeypatch, alike, apart)
-    assert memory._measured_rate() == memory._rate(apart)
-    _places(monkeypatch, memory.ChildFailed("did not start"), apart)
-    assert memory._measured_rate() == memory._rate(apart)
-    assert not [r for r in caplog.records if r.levelname == "WARNING"]
-    # neither tells the faults apart: the VM's rate, and the user is told
-    _places(monkeypatch, alike, alike)
-    with caplog.at_level("WARNING", logger="hlo_opt"):
-        assert memory._measured_rate() == memory.DEFAULT_FAULT
-    assert "could not be measured" in caplog.text
-
-
-def test_the_calibrations_process_fails_cleanly_and_stops_at_a_searchs_limit(monkeypatch):
-    with monkeypatch.context() as m:
-        m.setattr(sys, "executable", "/nonexistent/python")
-        with pytest.raises(memory.ChildFailed, match="did not start"):
-            memory._copy_seconds_apart((1, 2))
-        m.setattr(sys, "executable", "/usr/bin/uwsgi")     # an embedded interpreter
-        with pytest.raises(memory.ChildFailed, match="not one to start again"):
-            memory._copy_seconds_apart((1, 2))
-    start = time.monotonic()
-    with deadline.stop_when(lambda: time.monotonic() > start + 1.0):
-        with pytest.raises(deadline.OutOfTime):
-            memory._copy_seconds_apart((memory.SMALL_COPIES, memory.BIG_COPIES))
-    assert time.monotonic() - start < 3.0       # the child is not waited for

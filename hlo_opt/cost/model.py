@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
-from hlo_opt.cost import analytic, anchors, layouts, measure, memory, residency, siblings, whole
+from hlo_opt.cost import analytic, anchors, layouts, fault_rates, measure, memory, residency, siblings, whole
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
@@ -132,12 +132,12 @@ class CostModel:
         return Cost(total, tuple(priced), faults=faults)
 
     def fault_per_byte(self) -> float:
-        """Seconds per byte of faulting in XLA's weight copies (`memory.py`)."""
-        return memory.DEFAULT_FAULT
+        """Seconds per byte of faulting in XLA's weight copies (`fault_rates.py`)."""
+        return fault_rates.DEFAULT_FAULT
 
     def fresh_page_per_byte(self) -> float:
-        """Seconds per byte of any other fresh page: XLA's threads' (`memory.fresh_rate`)."""
-        return memory.DEFAULT_FRESH
+        """Seconds per byte of any other fresh page: XLA's threads' (`fault_rates.fresh_rate`)."""
+        return fault_rates.DEFAULT_FRESH
 
     def prepare(self, kernels: Sequence[Kernel]) -> None:
         """Called with the kernels `cost` is about to price: a model may time them together."""
@@ -213,10 +213,10 @@ class Measured(CostModel):
         self._watch.spent = seconds
 
     def fault_per_byte(self) -> float:
-        return self._calibrated(memory.calibrate)
+        return self._calibrated(fault_rates.calibrate)
 
     def fresh_page_per_byte(self) -> float:
-        return self._calibrated(memory.fresh_rate)
+        return self._calibrated(fault_rates.fresh_rate)
 
     def _calibrated(self, calibrate) -> float:
         """`calibrate`'s rate, timed the first time as a kernel is (6 s and 1 s)."""
