@@ -1,5 +1,6 @@
 """The per-call memory term of the cost model: the temp-buffer estimate against XLA's own
-buffer assignment, the mmap line, and the two rates' place in the price. No test asserts a measured speed."""
+buffer assignment, the mmap line, and the two rates' place in the price. No test asserts
+a measured speed."""
 import jax
 import jax.numpy as jnp
 import pytest

@@ -17,10 +17,10 @@ as a gain, and the program lost 21%.
 kernels, each live from its kernel to its last reader, and inside a kernel the operands
 of a concatenate, which XLA's CPU backend materialises (it fuses no concatenate: each
 operand is a loop of its own, then a copy). `seconds` prices the faults at two rates,
-each measured once per device (`fault_rates.py`): the pages of the weight copies XLA makes for its convs at the rate
-XLA pays for them, and every other page at the rate of XLA's threads faulting a fresh
-mapping in side by side. An activation's pages are faulted in by the one kernel that
-writes them, on every thread.
+each measured once per device (`fault_rates.py`): the pages of the weight copies XLA
+makes for its convs at the rate XLA pays for them, and every other page at the rate of
+XLA's threads faulting a fresh mapping in side by side. An activation's pages are
+faulted in by the one kernel that writes them, on every thread.
 """
 from __future__ import annotations
 

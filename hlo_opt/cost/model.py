@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 
 import jax
 from hlo_opt import compile_options, deadline
-from hlo_opt.cost import analytic, anchors, layouts, fault_rates, measure, memory, residency, siblings, whole
+from hlo_opt.cost import (analytic, anchors, fault_rates, layouts, measure, memory, residency,
+                          siblings, whole)
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.partition import Kernel, isolate, partition, ports, structure
 from hlo_opt.cost.stopwatch import Stopwatch
@@ -136,7 +137,8 @@ class CostModel:
         return fault_rates.DEFAULT_FAULT
 
     def fresh_page_per_byte(self) -> float:
-        """Seconds per byte of any other fresh page: XLA's threads' (`fault_rates.fresh_rate`)."""
+        """Seconds per byte of any other fresh page: XLA's threads'
+        (`fault_rates.fresh_rate`)."""
         return fault_rates.DEFAULT_FRESH
 
     def prepare(self, kernels: Sequence[Kernel]) -> None:
