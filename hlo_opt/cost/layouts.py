@@ -35,7 +35,6 @@ of it, and faults 26286 pages in each call. `memory.py` counts them in the temp 
 """
 from __future__ import annotations
 
-import collections
 from collections.abc import Sequence
 
 from hlo_opt import ops
