@@ -117,24 +117,38 @@ def interleaved(contenders: dict[str, Callable], args, repeats: int, *,
     (medians of 9 rounds, `/tmp/s19/sru_blocks.py`). Among many contenders, a
     program's own arrays (weights it computed once) are also out of the caches by its
     turn, while those the others share are not."""
-    names = list(contenders)
     for f in contenders.values():           # warm-up
         _call(f, args)
     slowest = max(per_call(f, args, 1) for f in contenders.values())
     number = max(1, math.ceil(SAMPLE_SECONDS / max(slowest, 1e-9)))
+
+    def turn(name):
+        if least:
+            return least_call(contenders[name], args, settle)
+        if settle:
+            settle_calls(contenders[name], args, settle)
+        return per_call(contenders[name], args, number)
+    return summary(rounds(turn, list(contenders), repeats, within=within, most=most), number)
+
+
+def rounds(turn: Callable[[object], float], names: list, repeats: int, *,
+           within: float = 0.0, most: int = 0) -> dict[object, list[float]]:
+    """Each name's samples, `turn(name)` once a round, the rounds in alternating order
+    (`interleaved`, whose `within` and `most` these are)."""
     samples = {name: [] for name in names}
     start, r = time.perf_counter(), 0
     while r < repeats or (0 < r < most and (time.perf_counter() - start) * (r + 1) / r <= within):
         for name in (names if r % 2 == 0 else names[::-1]):
-            if least:
-                samples[name].append(least_call(contenders[name], args, settle))
-                continue
-            if settle:
-                settle_calls(contenders[name], args, settle)
-            samples[name].append(per_call(contenders[name], args, number))
+            samples[name].append(turn(name))
         r += 1
+    return samples
+
+
+def summary(samples: dict[object, list[float]], number: int = 1) -> dict:
+    """`interleaved`'s result from its samples: the first name is the baseline."""
+    names = list(samples)
     base = samples[names[0]]
-    result = {"number": number, "repeats": r, "ms": {}, "speedup": {}}
+    result = {"number": number, "repeats": len(base), "ms": {}, "speedup": {}}
     for name in names:
         result["ms"][name] = statistics.median(samples[name]) * 1e3
         if name == names[0]:

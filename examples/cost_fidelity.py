@@ -42,6 +42,7 @@ not the model, set its Spearman.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -62,9 +63,10 @@ from jax import lax
 import bench
 import models
 import variants as V
-from hlo_opt import capture, compile_options, cost, frozen, pipeline
-from hlo_opt.cost import fault_rates
+import worker as W
+from hlo_opt import capture, compile_options, cost, pipeline
 from models import layers
+from worker import captured, faults_per_call, program
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
 flags.DEFINE_integer("variants", 24, "Variants per model (the original included).")
@@ -94,16 +96,14 @@ flags.DEFINE_bool("apart", True, "Each model priced and timed in a Python proces
                   "models, Inception-v3's im2col variants ran as if their temp buffer's "
                   "pages were not faulted in (two full runs), where a fresh process "
                   "faulted them every call.")
+flags.DEFINE_bool("variants_apart", True, "Each variant built and timed in a process of "
+                  "its own, the turns interleaved across them (`worker.py`): among the 24 "
+                  "in one process, an im2col variant's temp buffer was not faulted in, "
+                  "where alone, as a user runs it, it was every call.")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
 TURN = 0.5            # seconds a program runs at its turn, its least call the sample (`bench.least_call`)
-
-def program(graph, frozen_inputs, args, options=None):
-    """(jitted per-call program, its arguments): weight-only work done once, up front,
-    and compiled with `options`, as `hlo_opt.jit` does it."""
-    return frozen.Runner(graph, frozen_inputs, options).runtime_args(list(args))
-
 
 def round_robin(programs, rounds: int, within: float = 0.0
                 ) -> tuple[list[float], list[list[float]]]:
@@ -132,6 +132,28 @@ def round_robin(programs, rounds: int, within: float = 0.0
     ratios = [[1.0] * timing["repeats"]] + [timing["speedup"][i]["ratios"]
                                             for i in range(1, len(programs))]
     return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios
+
+
+def apart_round_robin(name: str, found, options) -> tuple[list, list, list]:
+    """`round_robin` with each variant in a process of its own (`worker.Worker`), and
+    the pages a call of each faulted after the rounds. Built two at a time (the cores
+    here), each after the last pair is ready: 24 of BERT's at once would hold 24 sets
+    of its weights while they compile."""
+    with contextlib.ExitStack() as stack:
+        workers = []
+        for first in range(0, len(found), 2):
+            started = [stack.enter_context(W.Worker(name, FLAGS.small, FLAGS.variants, i,
+                                                    found[i][1].digest, options))
+                       for i in range(first, min(first + 2, len(found)))]
+            workers += [w.ready() for w in started]
+        samples = bench.rounds(lambda i: workers[i].turn(TURN), list(range(len(workers))),
+                               FLAGS.rounds, within=FLAGS.rounds_within,
+                               most=3 * FLAGS.rounds)
+        timing = bench.summary(samples)
+        faults = [w.faults() for w in workers]
+    return ([timing["ms"][i] / 1e3 for i in range(len(workers))],
+            [[1.0] * timing["repeats"]] + [timing["speedup"][i]["ratios"]
+                                           for i in range(1, len(workers))], faults)
 
 
 def decided_pairs(predicted, ratios) -> tuple[int, int, int]:
@@ -210,13 +232,6 @@ def reprice(graphs, frozen_inputs, options) -> list[float]:
         return [again.cost(g, frozen_inputs).total for g in graphs]
 
 
-def captured(name: str, small: bool) -> tuple:
-    """(the model's graph, its argument leaves, the positions of its weights)."""
-    fn, params, inputs = models.build(name, small=small)
-    graph = capture.capture(fn, (params, *inputs)).graph
-    return graph, jax.tree.leaves((params, *inputs)), range(len(jax.tree.leaves(params)))
-
-
 def fidelity(name: str, cache_dir: str) -> dict:
     """The model's variants priced and run compiled with the options `hlo_opt.jit`
     would choose for its original (`--options`)."""
@@ -228,9 +243,12 @@ def fidelity(name: str, cache_dir: str) -> dict:
     found = V.variants(graph, FLAGS.variants, fixed=frozen_inputs)
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
     repriced = reprice([g for _, g in found], frozen_inputs, options)
-    programs = [program(g, frozen_inputs, args, options) for _, g in found]
-    measured, ratios = round_robin(programs, FLAGS.rounds, FLAGS.rounds_within)
-    faults = [faults_per_call(fn, a) for fn, a in programs]
+    if FLAGS.variants_apart:
+        measured, ratios, faults = apart_round_robin(name, found, options)
+    else:
+        programs = [program(g, frozen_inputs, args, options) for _, g in found]
+        measured, ratios = round_robin(programs, FLAGS.rounds, FLAGS.rounds_within)
+        faults = [faults_per_call(fn, a) for fn, a in programs]
     agreement = split_half(ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
             "small": FLAGS.small,
@@ -245,20 +263,6 @@ def fidelity(name: str, cache_dir: str) -> dict:
             "priced_vs_itself": spearman(predicted, repriced),
             "ceiling": ceiling(agreement),
             "cold_s": cold_s, "warm_s": warm_s, "kernels_measured_cold": kernels}
-
-
-def faults_per_call(fn, args, calls: int = 3) -> float | None:
-    """Pages the process faulted in a call of `fn(*args)` after the rounds (None where
-    the OS counts none). The model prices a temp buffer past malloc's line as faulted in
-    every call (`memory.py`); Inception-v3's im2col variants ran as if none of theirs
-    were in two full runs, and faulted all 12,831 of them a call in fresh processes."""
-    jax.block_until_ready(fn(*args))
-    before = fault_rates.taken()
-    if before is None:
-        return None
-    for _ in range(calls):
-        jax.block_until_ready(fn(*args))
-    return (fault_rates.taken() - before) / calls
 
 
 def scores(predicted, measured, ratios) -> dict:

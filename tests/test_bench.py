@@ -435,3 +435,23 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
         assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
         assert all(v["faults_per_call"] is None or v["faults_per_call"] >= 0
                    for v in r["variants"])
+
+
+def test_a_variant_runs_in_a_process_of_its_own_and_must_be_the_one_asked_for():
+    """`worker.Worker`: the variant rebuilt in a spawned process answers turns (a call's
+    least seconds) and its faults a call; a digest the process does not draw is refused
+    with the model's name, and the process is gone after the `with`."""
+    import variants
+    import worker
+    graph, _, frozen_inputs = worker.captured("sru", True)
+    found = variants.variants(graph, 3, fixed=frozen_inputs)
+    with worker.Worker("sru", True, 3, 2, found[2][1].digest) as w:
+        w.ready()
+        assert 0 < w.turn(0.05) < 1.0
+        faults = w.faults()
+        assert faults is None or faults >= 0
+        process = w._process
+    assert not process.is_alive()
+    with worker.Worker("sru", True, 3, 1, found[2][1].digest) as w:
+        with pytest.raises(RuntimeError, match=r"(?s)sru variant 1 .*drawn otherwise"):
+            w.ready()
