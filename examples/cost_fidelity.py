@@ -25,8 +25,10 @@ original is from the measured one. Then the sign cases of the cost-model issue: 
 pair of programs whose speed-up was measured as a win or a loss; the model must call
 the sign this device measures, where a sign test over the rounds decides one.
 Also: how long pricing a model's kernels takes from a cold and from a warm cache.
-Each model is priced and timed in a Python process of its own (`--noapart`: all in this
-one), and each variant's record says how many pages a call of it faulted.
+Each model is priced in a Python process of its own (`--noapart`: all in this one), and
+each of its variants is timed in a process of its own, the turns interleaved across them
+(`worker.py`; `--novariants_apart`: all in the model's process), as a user's program
+runs; each variant's record says how many pages a call of it faulted.
 
 `--rescore` prices a kept run's variants again with the code as it is now, from that
 run's kernel timings (`--cache_dir`), and scores the prices against the run's own
