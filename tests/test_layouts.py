@@ -250,3 +250,31 @@ def test_the_conv_after_a_fire_module_reads_its_concatenate_with_no_copy():
     assert copies(last) == 1
     assert_close(run_kernels(g, kernels, (x, a, b, w)), [jax.jit(fn)(x, a, b, w)], 1e-5,
                  "fire")
+
+
+def _split_groups(x, a, b, c):
+    """A conv's relu split in two on its channels, each half convolved, concatenated:
+    ResNeXt-50's grouped conv split in two (`variants.split_conv`)."""
+    y = jax.nn.relu(conv(x, a))
+    halves = [conv(y[:, i * 8:(i + 1) * 8], b) for i in range(2)]
+    return conv(jax.nn.relu(jnp.concatenate(halves, axis=1)), c)
+
+
+def test_a_relaid_loop_with_slices_is_isolated_in_its_memory_order():
+    # Built between transposes, XLA wrote each slice transposed and copied it; on the
+    # channels-last axes it is one loop, no transpose, no copy.
+    w = W2[:, :8]     # (8, 8, 1, 1)
+    args = (X, W1, w, jnp.concatenate([W2[:, :8]] * 2, axis=1))
+    g = capture.capture(_split_groups, args).graph
+    kernels = part.partition(g, conv_layouts=True)
+    (sliced,) = [k for k in kernels if any(n.op == "slice" for n in k.nodes)]
+    assert sliced.relaid and {n.op for n in sliced.nodes} == {"relu", "slice"}
+    program = part.isolate(sliced)
+    assert not any(n.op == "transpose" for n in program.nodes)
+    assert [n.types[0].shape for n in program.inputs] == [(1, 12, 12, 16)]
+    entry = jax.jit(emit.to_callable(program)).lower(
+        jnp.zeros((1, 12, 12, 16))).compile().as_text()
+    entry = entry[entry.index("\nENTRY"):]
+    assert not re.findall(r"%[\w.-]*(?:transpose|copy)[\w.-]* = ", entry)
+    assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups)(*args)], 1e-5,
+                 "split groups")
