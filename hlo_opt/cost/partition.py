@@ -27,7 +27,8 @@ out near the whole program's time (the fidelity benchmark checks how near):
    where it can; with `conv_layouts` the values that cross kernels in another order
    than the logical one are marked (`layouts.py`) and `isolate` hands them over in that
    order: an NCHW conv is timed without the two copies the whole program does not make,
-   a loop between transposes without the transposes.
+   a loop between transposes without the transposes (one with slices or concatenates
+   built on the memory order's axes, where XLA would not cancel them).
 8. **Library fusions (CPU, YNNPACK's elementwise fusions only).** Under
    `compile_options.YNN_ELTWISE` XLA hands a conv or dot and the elementwise ops around
    it to YNNPACK as one call before it fuses loops; with `library_fusion` those groups
