@@ -65,10 +65,9 @@ from jax import lax
 import bench
 import models
 import variants as V
-import worker as W
 from hlo_opt import capture, compile_options, cost, pipeline
 from models import layers
-from worker import captured, faults_per_call, program
+from worker import Worker, captured, faults_per_call, program
 
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
 flags.DEFINE_integer("variants", 24, "Variants per model (the original included).")
@@ -145,7 +144,7 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list]:
     with contextlib.ExitStack() as stack:
         workers = []
         for first in range(0, len(found), 2):
-            started = [stack.enter_context(W.Worker(name, FLAGS.small, FLAGS.variants, i,
+            started = [stack.enter_context(Worker(name, FLAGS.small, FLAGS.variants, i,
                                                     found[i][1].digest, options))
                        for i in range(first, min(first + 2, len(found)))]
             workers += [w.ready() for w in started]

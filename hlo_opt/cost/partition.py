@@ -268,17 +268,14 @@ def isolate(kernel: Kernel) -> Graph:
     order = dict(kernel.relaid)
     env: dict[Value, Value] = {v: Node("const", (), v.node.params, v.node.types).out()
                                for v in kernel.inputs if v.node.op == "const"}
-    inputs = []
     reads, outputs = ports(kernel)
-    in_order = _in_memory_order(kernel, reads, outputs, order, dict(env))
+    inputs = [Node("input", (), Params(index=i), (dataclasses.replace(
+        v.type, shape=_moved(v.type.shape, order.get(v))),)) for i, v in enumerate(reads)]
+    in_order = _in_memory_order(kernel, dict(zip(reads, inputs)), outputs, order, dict(env))
     if in_order is not None:
         return in_order
-    for v in reads:
+    for v, node in zip(reads, inputs):
         perm = order.get(v)
-        shape = v.type.shape if perm is None else tuple(v.type.shape[d] for d in perm)
-        node = Node("input", (), Params(index=len(inputs)),
-                    (dataclasses.replace(v.type, shape=shape),))
-        inputs.append(node)
         env[v] = node.out() if perm is None else ops.make(
             "transpose", [node.out()], permutation=inverse(perm)).out()
     copy_nodes(kernel.nodes, env, outside_deps=False)
@@ -287,7 +284,13 @@ def isolate(kernel: Kernel) -> Graph:
                           for v in outputs])
 
 
-def _in_memory_order(kernel: Kernel, reads, outputs, order, env) -> Graph | None:
+def _moved(shape: tuple[int, ...], perm) -> tuple[int, ...]:
+    """`shape` in the memory order `perm` (itself where None)."""
+    return shape if perm is None else tuple(shape[d] for d in perm)
+
+
+def _in_memory_order(kernel: Kernel, inputs: dict[Value, Node], outputs, order,
+                     env) -> Graph | None:
     """A relaid loop built on its values' memory order, where it can be: every value it
     reads (but rank-0 constants) and hands on relaid in one order, and its ops
     elementwise, slices and concatenates, their axes moved to that order. Built in the
@@ -299,7 +302,7 @@ def _in_memory_order(kernel: Kernel, reads, outputs, order, env) -> Graph | None
     if kernel.kind != "loop" or len(perms) != 1 or any(v not in order for v in outputs):
         return None
     (perm,) = perms
-    if any(v not in order for v in reads) or any(
+    if any(v not in order for v in inputs) or any(
             v.type.shape for v in kernel.inputs if v.node.op == "const"):
         return None
     if any(n.deps or len(n.types) != 1 or (n.op not in ("slice", "concatenate") and
@@ -308,28 +311,21 @@ def _in_memory_order(kernel: Kernel, reads, outputs, order, env) -> Graph | None
         return None
     if not any(n.op in ("slice", "concatenate") for n in kernel.nodes):
         return None     # XLA cancels the transposes itself; the cached programs stand
-
-    def moved(shape):
-        return tuple(shape[d] for d in perm)
-    inputs = []
-    for v in reads:
-        node = Node("input", (), Params(index=len(inputs)),
-                    (dataclasses.replace(v.type, shape=moved(v.type.shape)),))
-        inputs.append(node)
-        env[v] = node.out()
+    env.update({v: node.out() for v, node in inputs.items()})
     for n in kernel.nodes:
         params = dict(n.params.items())
         if n.op == "slice":
-            params.update({k: moved(params[k]) for k in ("start_indices", "limit_indices")})
+            for k in ("start_indices", "limit_indices"):
+                params[k] = _moved(params[k], perm)
             if params.get("strides") is not None:
-                params["strides"] = moved(params["strides"])
+                params["strides"] = _moved(params["strides"], perm)
         elif n.op == "concatenate":
             params["dimension"] = perm.index(params["dimension"])
         made = ops.make(n.op, [env[v] for v in n.inputs], **params).out()
-        if made.type.shape != moved(n.out().type.shape):
+        if made.type.shape != _moved(n.out().type.shape, perm):
             return None
         env[n.out()] = made
-    return Graph(inputs, [env[v] for v in outputs])
+    return Graph(list(inputs.values()), [env[v] for v in outputs])
 
 
 def links(kernels: Sequence[Kernel]) -> tuple[dict[Value, int], list[set[int]]]:
