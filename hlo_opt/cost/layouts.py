@@ -84,7 +84,7 @@ def memory_orders(graph: Graph) -> dict[Value, Perm]:
     if forced:
         order = _forward(graph, users, forced)
     for v in graph.outputs:
-        order[v] = _logical(v)
+        order[v] = logical(v)
     return {v: p for v, p in order.items() if not _identity(p)}
 
 
@@ -94,7 +94,7 @@ def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
     a reshape that wants another (`_wanted`), it is the copy into the first one's: a
     weight relaid for a conv is then made in the conv's order, and computed once where
     the weight is frozen, not copied again inside the conv's kernel on every call."""
-    order: dict[Value, Perm] = {n.out(): _logical(n.out()) for n in graph.inputs}
+    order: dict[Value, Perm] = {n.out(): logical(n.out()) for n in graph.inputs}
     for node in graph.nodes:
         if node.op == "input" or node.op in ANY_ORDER:
             continue
@@ -115,11 +115,11 @@ def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
             for out in node.outputs:
                 seen = {order[v] for v in node.inputs if v in order and _carries(node, v, out)}
                 if out in forced or len(seen) > 1:
-                    order[out] = _logical(out)
+                    order[out] = logical(out)
                 elif seen:
                     order[out] = seen.pop()
         elif kind != ops.SOURCE:
-            order.update((out, _logical(out)) for out in node.outputs)
+            order.update((out, logical(out)) for out in node.outputs)
     return order
 
 
@@ -134,7 +134,7 @@ def _wanted(v: Value, readers) -> list[Perm]:
             if u.op == "conv_general_dilated" and i < 2:
                 out.append(_conv_orders(u)[i])
             elif _fixed_reader(u):
-                out.append(_logical(v))
+                out.append(logical(v))
     return out
 
 
@@ -143,8 +143,10 @@ def _for_one_conv(v: Value, users) -> Perm | None:
     as its activation alone) or a transpose whose one reader is: XLA then fuses the
     concatenate that makes `v` with the copy into the conv's order and writes it there
     (SqueezeNet's fire modules but those before a pool, in NCHW or wrapped for an NHWC
-    conv). Read by more (a pool and a conv, two convs, a relu), a concatenate is made
-    logical and copied for the conv (`tests/test_layouts.py`). None otherwise."""
+    conv), or through an elementwise op of it alone that one conv reads (ResNeXt-50's
+    split groups: concatenate, relu, 1x1 conv). Read by more (a pool and a conv, two
+    convs, a relu and the result), a concatenate is made logical and copied for the conv
+    (`tests/test_layouts.py`). None otherwise."""
     readers = users.get(v.node, ())
     if len(readers) != 1:
         return None
@@ -156,7 +158,18 @@ def _for_one_conv(v: Value, users) -> Perm | None:
         wanted = _for_one_conv(reader.out(), users)
         perm = reader.params["permutation"]
         return None if wanted is None else tuple(perm[d] for d in wanted)
+    if _passes_alone(reader, v):
+        return _for_one_conv(reader.out(), users)
     return None
+
+
+def _passes_alone(node: Node, v: Value) -> bool:
+    """Whether `node` is an elementwise op of `v` alone (its other operands scalars or
+    broadcasts), of `v`'s shape: a relu between a concatenate and its one conv, which
+    XLA fuses into the concatenate's loop with the copy into the conv's order."""
+    return ops.get(node.op).kind == ops.ELEMENTWISE and \
+        node.out().type.shape == v.type.shape and all(
+            w == v or not w.type.shape or w.node.op in ANY_ORDER for w in node.inputs)
 
 
 def _fixed_reader(node: Node) -> bool:
@@ -195,7 +208,7 @@ def _carries(node: Node, operand: Value, out: Value) -> bool:
 def copied(node: Node, index: int, orders: dict[Value, Perm]) -> bool:
     """Whether XLA copies `node`'s operand `index` into another order to read it."""
     v = node.inputs[index]
-    return _read_order(node, index, orders) != orders.get(v, _logical(v))
+    return _read_order(node, index, orders) != orders.get(v, logical(v))
 
 
 def _read_order(node: Node, index: int, orders: dict[Value, Perm]) -> Perm:
@@ -207,11 +220,11 @@ def _read_order(node: Node, index: int, orders: dict[Value, Perm]) -> Perm:
         return _conv_orders(node)[index]
     kind = ops.get(node.op).kind
     if (kind == ops.ELEMENTWISE or node.op in PASS_ON) and _carries(node, v, node.out()):
-        return orders.get(node.out(), _logical(node.out()))
+        return orders.get(node.out(), logical(node.out()))
     if node.op == "transpose":
         perm = node.params["permutation"]
-        return tuple(perm[d] for d in orders.get(node.out(), _logical(node.out())))
-    return _logical(v)
+        return tuple(perm[d] for d in orders.get(node.out(), logical(node.out())))
+    return logical(v)
 
 
 PASS_ON = frozenset({"split", "slice", "pad", "rev", "dynamic_slice",
@@ -221,7 +234,8 @@ LOGICAL_READERS = (ops.WINDOW, ops.REDUCE, ops.CONTRACT)   # pooling, reductions
 # an elementwise op beside one reads the value logical too (`_beside_logical_readers`)
 
 
-def _logical(v: Value) -> Perm:
+def logical(v: Value) -> Perm:
+    """The logical order of `v`'s dims, outermost first."""
     return tuple(range(len(v.type.shape)))
 
 
