@@ -212,6 +212,11 @@ CONCATS = {   # name: (program, the order XLA writes the concatenate in)
     "read_by_a_conv_and_a_pool": (_fire(lambda c, w: (conv(c, w), pool(c))), "logical"),
     "read_by_two_convs": (_fire(lambda c, w: conv(c, w) + conv(c, w * 2)), "logical"),
     "read_by_a_conv_and_the_result": (_fire(lambda c, w: (conv(c, w), c)), "logical"),
+    "read_by_one_conv_through_a_relu": (_fire(lambda c, w: conv(jax.nn.relu(c), w)), "conv"),
+    "read_by_a_conv_and_the_result_through_a_relu": (
+        _fire(lambda c, w: (conv(jax.nn.relu(c), w), jax.nn.relu(c))), "logical"),
+    "read_by_one_conv_through_a_scaled_relu": (
+        _fire(lambda c, w: conv(jax.nn.relu(c) * 0.5, w)), "conv"),
 }
 
 
@@ -278,3 +283,55 @@ def test_a_relaid_loop_with_slices_is_isolated_in_its_memory_order():
     assert not re.findall(r"%[\w.-]*(?:transpose|copy)[\w.-]* = ", entry)
     assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups)(*args)], 1e-5,
                  "split groups")
+
+
+def test_the_concatenate_and_relu_of_split_groups_are_isolated_channels_last():
+    # XLA fuses the concatenate, the relu and the copy into the 1x1 conv's order into
+    # one loop that reads both halves and writes channels-last; the kernel is handed and
+    # hands on that order, and the conv after it reads it with no copy of its input.
+    w = W2[:, :8]
+    args = (X, W1, w, jnp.concatenate([W2[:, :8]] * 2, axis=1))
+    g = capture.capture(_split_groups, args).graph
+    kernels = part.partition(g, conv_layouts=True)
+    (joined,) = [k for k in kernels if any(n.op == "concatenate" for n in k.nodes)]
+    assert {n.op for n in joined.nodes} == {"concatenate", "relu"}
+    (out,) = joined.outputs
+    assert dict(joined.relaid)[out] == (0, 2, 3, 1)
+    program = part.isolate(joined)
+    assert not any(n.op == "transpose" for n in program.nodes)
+    (last,) = [k for k in kernels if out in k.inputs]
+    assert dict(last.relaid)[out] == (0, 2, 3, 1)
+    assert copies(last) == 2       # its weight's and the program's result's, not its input's
+    assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups)(*args)], 1e-5,
+                 "split groups")
+
+
+def _split_groups_nhwc(x, a, b, c):
+    """`_split_groups` with each conv made channels-last between transposes, as the
+    layout rule makes a network's convs (`variants`: split groups, then nhwc)."""
+    y = jax.nn.relu(_nhwc_conv(x, a))
+    halves = [_nhwc_conv(y[:, i * 8:(i + 1) * 8], b) for i in range(2)]
+    return _nhwc_conv(jax.nn.relu(jnp.concatenate(halves, axis=1)), c)
+
+
+def test_a_slice_between_channels_last_convs_is_isolated_with_no_transpose():
+    # relu, slice and the transposes to and from the NHWC convs are one loop; in the
+    # program the transposes are bitcasts, so timed alone it slices the conv's result
+    # on its last axis, as the program does, not in a {2,1,3,0} layout and copied
+    w = W2[:, :8]
+    args = (X, W1, w, jnp.concatenate([W2[:, :8]] * 2, axis=1))
+    g = capture.capture(_split_groups_nhwc, args).graph
+    kernels = part.partition(g, conv_layouts=True)
+    sliced = [k for k in kernels if any(n.op == "slice" for n in k.nodes)]
+    assert sliced and all("transpose" in {n.op for n in k.nodes} for k in sliced)
+    for k in sliced:
+        program = part.isolate(k)
+        assert not any(n.op == "transpose" for n in program.nodes)
+        shapes = [n.types[0].shape for n in program.inputs]
+        assert shapes == [(1, 12, 12, 16)]
+        entry = jax.jit(emit.to_callable(program)).lower(
+            *[jnp.zeros(s) for s in shapes]).compile().as_text()
+        entry = entry[entry.index("\nENTRY"):]
+        assert not re.findall(r"%[\w.-]*(?:transpose|copy)[\w.-]* = ", entry)
+    assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups_nhwc)(*args)], 1e-5,
+                 "split groups, channels-last")
