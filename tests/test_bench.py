@@ -419,9 +419,10 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,
-    timed, and the pages each faulted a call."""
+    timed in two sets of processes, and the pages each faulted a call."""
     result = _run("examples/cost_fidelity.py", "--small", "--models=sru,bert",
                   "--variants=3", "--rounds=2", "--rounds_within=1", "--nocases",
+                  "--variant_processes=2",
                   f"--cache_dir={tmp_path / 'cache'}", f"--out={tmp_path / 'out'}")
     assert result.returncode == 0, result.stderr[-2000:]
     records = json.loads((tmp_path / "out" / "cost_fidelity.json").read_text())["models"]
@@ -433,6 +434,10 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
         names = [n for n, _ in variants.variants(graph, 3, fixed=frozen_inputs)]
         assert [v["name"] for v in r["variants"]] == names
         assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
+        # the model's process was given the run's flags: two sets of variant processes,
+        # a round or more from each
+        assert r["processes_per_variant"] == 2
+        assert all(len(v["speedup_by_round"]) >= 2 for v in r["variants"])
         assert all(v["faults_per_call"] is None or v["faults_per_call"] >= 0
                    for v in r["variants"])
 
