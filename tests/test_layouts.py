@@ -26,13 +26,21 @@ def pool(x):
     return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
 
 
-def copies(kernel) -> int:
-    """Transposes and copies left in the kernel's isolated program, compiled."""
-    program = part.isolate(kernel)
+def _entry(program) -> str:
+    """The entry computation of `program`, compiled, on zeros of its inputs' types."""
     args = [jnp.zeros(n.types[0].shape, n.types[0].dtype) for n in program.inputs]
     hlo = jax.jit(emit.to_callable(program)).lower(*args).compile().as_text()
-    entry = hlo[hlo.index("\nENTRY"):]
-    return len(re.findall(r"%(?:transpose|copy)[\w.-]* = ", entry))
+    return hlo[hlo.index("\nENTRY"):]
+
+
+def copies(kernel) -> int:
+    """Transposes and copies left in the kernel's isolated program, compiled."""
+    return len(re.findall(r"%(?:transpose|copy)[\w.-]* = ", _entry(part.isolate(kernel))))
+
+
+def relayouts(program) -> list[str]:
+    """The transposes, copies and fusions named after them in `program`, compiled."""
+    return re.findall(r"%[\w.-]*(?:transpose|copy)[\w.-]* = ", _entry(program))
 
 
 def conv_marks(fn, *args):
@@ -277,10 +285,7 @@ def test_a_relaid_loop_with_slices_is_isolated_in_its_memory_order():
     program = part.isolate(sliced)
     assert not any(n.op == "transpose" for n in program.nodes)
     assert [n.types[0].shape for n in program.inputs] == [(1, 12, 12, 16)]
-    entry = jax.jit(emit.to_callable(program)).lower(
-        jnp.zeros((1, 12, 12, 16))).compile().as_text()
-    entry = entry[entry.index("\nENTRY"):]
-    assert not re.findall(r"%[\w.-]*(?:transpose|copy)[\w.-]* = ", entry)
+    assert not relayouts(program)
     assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups)(*args)], 1e-5,
                  "split groups")
 
@@ -327,11 +332,7 @@ def test_a_slice_between_channels_last_convs_is_isolated_with_no_transpose():
     for k in sliced:
         program = part.isolate(k)
         assert not any(n.op == "transpose" for n in program.nodes)
-        shapes = [n.types[0].shape for n in program.inputs]
-        assert shapes == [(1, 12, 12, 16)]
-        entry = jax.jit(emit.to_callable(program)).lower(
-            *[jnp.zeros(s) for s in shapes]).compile().as_text()
-        entry = entry[entry.index("\nENTRY"):]
-        assert not re.findall(r"%[\w.-]*(?:transpose|copy)[\w.-]* = ", entry)
+        assert [n.types[0].shape for n in program.inputs] == [(1, 12, 12, 16)]
+        assert not relayouts(program)
     assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups_nhwc)(*args)], 1e-5,
                  "split groups, channels-last")

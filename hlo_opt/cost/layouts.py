@@ -106,8 +106,7 @@ def _forward(graph: Graph, users, forced: set[Value]) -> dict[Value, Perm]:
         elif node.op == "transpose":
             wanted = _wanted(node.out(), users.get(node, ()))
             if node.inputs[0] in order:
-                back = inverse(node.params["permutation"])
-                bitcast = tuple(back[d] for d in order[node.inputs[0]])
+                bitcast = bitcast_order(node.params["permutation"], order[node.inputs[0]])
                 order[node.out()] = bitcast if not wanted or bitcast in wanted else wanted[0]
             elif wanted:
                 order[node.out()] = wanted[0]
@@ -237,6 +236,13 @@ LOGICAL_READERS = (ops.WINDOW, ops.REDUCE, ops.CONTRACT)   # pooling, reductions
 def logical(v: Value) -> Perm:
     """The logical order of `v`'s dims, outermost first."""
     return tuple(range(len(v.type.shape)))
+
+
+def bitcast_order(permutation: Perm, operand: Perm) -> Perm:
+    """The memory order of a transpose's result (`permutation`) that makes it a bitcast
+    of its operand kept in `operand`'s."""
+    back = inverse(permutation)
+    return tuple(back[d] for d in operand)
 
 
 def inverse(perm: Perm) -> Perm:

@@ -320,8 +320,8 @@ def _in_memory_order(kernel: Kernel, inputs: dict[Value, Node], outputs, order,
             return None
         (perm,) = perms
         if n.op == "transpose":
-            back = inverse(n.params["permutation"])
-            env[n.out()], at[n.out()] = env[n.inputs[0]], tuple(back[d] for d in perm)
+            env[n.out()] = env[n.inputs[0]]
+            at[n.out()] = layouts.bitcast_order(n.params["permutation"], perm)
             continue
         params = dict(n.params.items())
         if n.op == "slice":
