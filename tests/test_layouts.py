@@ -273,19 +273,27 @@ def _split_groups(x, a, b, c):
     return conv(jax.nn.relu(jnp.concatenate(halves, axis=1)), c)
 
 
+SPLIT_ARGS = (X, W1, W2[:, :8], jnp.concatenate([W2[:, :8]] * 2, axis=1))
+
+
+def _isolated_channels_last(kernel) -> None:
+    """`kernel` isolated reads the conv's channels-last result as it is and compiles to
+    no transpose or copy."""
+    program = part.isolate(kernel)
+    assert not any(n.op == "transpose" for n in program.nodes)
+    assert [n.types[0].shape for n in program.inputs] == [(1, 12, 12, 16)]
+    assert not relayouts(program)
+
+
 def test_a_relaid_loop_with_slices_is_isolated_in_its_memory_order():
     # Built between transposes, XLA wrote each slice transposed and copied it; on the
     # channels-last axes it is one loop, no transpose, no copy.
-    w = W2[:, :8]     # (8, 8, 1, 1)
-    args = (X, W1, w, jnp.concatenate([W2[:, :8]] * 2, axis=1))
+    args = SPLIT_ARGS
     g = capture.capture(_split_groups, args).graph
     kernels = part.partition(g, conv_layouts=True)
     (sliced,) = [k for k in kernels if any(n.op == "slice" for n in k.nodes)]
     assert sliced.relaid and {n.op for n in sliced.nodes} == {"relu", "slice"}
-    program = part.isolate(sliced)
-    assert not any(n.op == "transpose" for n in program.nodes)
-    assert [n.types[0].shape for n in program.inputs] == [(1, 12, 12, 16)]
-    assert not relayouts(program)
+    _isolated_channels_last(sliced)
     assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups)(*args)], 1e-5,
                  "split groups")
 
@@ -294,8 +302,7 @@ def test_the_concatenate_and_relu_of_split_groups_are_isolated_channels_last():
     # XLA fuses the concatenate, the relu and the copy into the 1x1 conv's order into
     # one loop that reads both halves and writes channels-last; the kernel is handed and
     # hands on that order, and the conv after it reads it with no copy of its input.
-    w = W2[:, :8]
-    args = (X, W1, w, jnp.concatenate([W2[:, :8]] * 2, axis=1))
+    args = SPLIT_ARGS
     g = capture.capture(_split_groups, args).graph
     kernels = part.partition(g, conv_layouts=True)
     (joined,) = [k for k in kernels if any(n.op == "concatenate" for n in k.nodes)]
@@ -323,16 +330,12 @@ def test_a_slice_between_channels_last_convs_is_isolated_with_no_transpose():
     # relu, slice and the transposes to and from the NHWC convs are one loop; in the
     # program the transposes are bitcasts, so timed alone it slices the conv's result
     # on its last axis, as the program does, not in a {2,1,3,0} layout and copied
-    w = W2[:, :8]
-    args = (X, W1, w, jnp.concatenate([W2[:, :8]] * 2, axis=1))
+    args = SPLIT_ARGS
     g = capture.capture(_split_groups_nhwc, args).graph
     kernels = part.partition(g, conv_layouts=True)
     sliced = [k for k in kernels if any(n.op == "slice" for n in k.nodes)]
     assert sliced and all("transpose" in {n.op for n in k.nodes} for k in sliced)
     for k in sliced:
-        program = part.isolate(k)
-        assert not any(n.op == "transpose" for n in program.nodes)
-        assert [n.types[0].shape for n in program.inputs] == [(1, 12, 12, 16)]
-        assert not relayouts(program)
+        _isolated_channels_last(k)
     assert_close(run_kernels(g, kernels, args), [jax.jit(_split_groups_nhwc)(*args)], 1e-5,
                  "split groups, channels-last")
