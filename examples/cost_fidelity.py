@@ -142,7 +142,8 @@ def round_robin(programs, rounds: int, within: float = 0.0
 
 def apart_round_robin(name: str, found, options) -> tuple[list, list, list]:
     """`round_robin` with each variant in a process of its own (`worker.Worker`), and
-    the pages a call of each faulted after the rounds. Built two at a time (the cores
+    the pages a call of each faulted after the rounds (in the last set of processes,
+    below). Built two at a time (the cores
     here), each pair once the last is ready: BERT's 24, built, held 19.8 GB of the
     Intel host's 24 GiB (0.8 GB each, its 384 MiB of weights and jax's own), and more
     compiling at once would add their compiles' memory to that.
