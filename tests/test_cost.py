@@ -473,9 +473,9 @@ def test_a_graphs_new_kernels_are_all_compiled_before_any_is_timed(tmp_path, mon
 
 def test_later_contractions_are_timed_on_the_scale_of_earlier_ones(tmp_path, monkeypatch):
     """A batch with a new dot also times again a dot priced before, and divides its new
-    dots' seconds by how much slower that one reads now than then; its loop kernels are
-    stored as timed. The cache then holds one scale however the machine's speed moved
-    between batches."""
+    dots' seconds by how much slower that one reads now than then (`TRUST` of it, in
+    logs); its loop kernels are stored as timed. The cache then holds one scale however
+    the machine's speed moved between batches."""
     from hlo_opt.cost import measure
     batches, slow = [], {}
     time_graphs = measure.time_graphs
@@ -496,7 +496,7 @@ def test_later_contractions_are_timed_on_the_scale_of_earlier_ones(tmp_path, mon
     assert len(graphs) == 3                     # the new dot and sine, and the old dot
     assert graphs[2].digest == part.isolate(dot.kernel).digest
     by_kind = {k.kernel.kind: k.seconds for k in second.kernels if k.kernel.kind != "free"}
-    assert by_kind["contract"] == pytest.approx(timed[0] / 3)
+    assert by_kind["contract"] == pytest.approx(timed[0] / 3 ** cost_anchors.TRUST)
     assert by_kind["loop"] == pytest.approx(timed[1])
 
 
@@ -504,7 +504,8 @@ def test_batches_are_anchored_on_the_shallowest_kernels_so_errors_do_not_compoun
         tmp_path, monkeypatch):
     """Every dot takes 1 ms, but one timed again reads 10% faster than its first timing
     (a steady error of the anchors). Each later batch's new dot is then priced 1/0.9 of
-    what it takes, and no more: its anchors are the first batch's dots, scaled by nothing.
+    what it takes (`TRUST` of that, in logs), and no more: its anchors are the first
+    batch's dots, scaled by nothing.
     Anchored on the dearest dots priced, each batch's new dot (priced dearest) became
     the next one's anchor, and the error compounded batch on batch."""
     from hlo_opt.cost import measure
@@ -521,7 +522,7 @@ def test_batches_are_anchored_on_the_shallowest_kernels_so_errors_do_not_compoun
     assert model.cost(first).total == pytest.approx(5e-3)       # three dots, two loops
     prices = [model.cost(graph_of(lambda x, w: x @ w, X, jnp.ones((8, n)))).total
               for n in range(1, 9)]
-    assert prices == pytest.approx([1e-3 / 0.9] * 8)
+    assert prices == pytest.approx([1e-3 / 0.9 ** cost_anchors.TRUST] * 8)
 
 
 @pytest.mark.parametrize("anchors, scale", [([], 1.0), ([(2.0, 1.0)], 2.0),
@@ -531,8 +532,16 @@ def test_batches_are_anchored_on_the_shallowest_kernels_so_errors_do_not_compoun
 def test_a_batchs_scale_is_how_much_slower_its_anchors_ran(anchors, scale):
     """The median of now / then over the anchors that ran, under 1 too: anchors reading
     faster now were timed in a slow spell, and the batch's new kernels go on that
-    scale, the one the kernels they replace were priced on."""
-    assert cost_anchors.scale(anchors) == pytest.approx(scale)
+    scale, the one the kernels they replace were priced on; `TRUST` of it, in logs."""
+    assert cost_anchors.scale(anchors) == pytest.approx(scale ** cost_anchors.TRUST)
+
+
+@pytest.mark.parametrize("median", [0.5, 0.8, 1.25, 2.0])
+def test_a_batchs_scale_takes_part_of_its_anchors_reading_not_all(median):
+    """The anchors read a batch's spell through their own noise, so the scale goes part
+    of the way from 1 towards what they read, on the same side of 1."""
+    got = cost_anchors.scale([(median, 1.0)] * 3)
+    assert min(1.0, median) < got < max(1.0, median)
 
 
 def test_a_batchs_programs_are_sampled_in_rounds_not_one_after_another(monkeypatch):
