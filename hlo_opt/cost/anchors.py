@@ -69,14 +69,13 @@ def scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
     Taken `TRUST` of the way, in logs (the square root of the median): a kernel timed
     again reads its earlier timing within its own noise, not the batch's spell alone.
     On the Intel host (2026-12-04) one batch's three anchors disagreed with one another
-    by an sd of 3% (BERT's dots) to 8-11% (the CNNs' convs) in log, and the batches'
-    scales varied no more than the noise of a median of three such readings would make
-    them: what the anchors read of a batch's own spell was at most half of it. 28 fresh
-    pricings, the whole reading and half of it alternating, each replayed the other way
-    from its logged timings: half lowered the sd of the variants' priced speed-ups
-    across pricings on four models of five (ResNet-50 0.034 -> 0.014, SqueezeNet 0.026
-    -> 0.020, Inception-v3 0.038 -> 0.030, ResNeXt-50 0.016 -> 0.015, BERT 0.010 both),
-    and ranked the run's measured variants at a median as high or higher but BERT's
-    (0.819 -> 0.814; SqueezeNet 0.915 -> 0.927; `docs/history.md`)."""
+    by an sd of 3% (BERT's dots) to 8-11% (the CNNs' convs) in log, and of the spread of
+    the batches' scales 0-53% was left once the noise of a median of three such
+    readings was taken out: what they read of a batch's own spell was at most half of
+    it. Replayed from logged timings both ways, 54 fresh pricings of five models:
+    SqueezeNet's prices steadier and ranked nearer the measured order in both sets of
+    pricings (Spearman median 0.908 -> 0.933, 0.915 -> 0.927), ResNet-50's and
+    ResNeXt-50's level, BERT's a little lower (0.807 -> 0.800, 0.819 -> 0.814),
+    Inception-v3's lower in one set and higher in the other (`docs/history.md`)."""
     ratios = [now / then for now, then in anchors if not isinstance(now, Exception)]
     return float(np.median(ratios)) ** TRUST if ratios else 1.0
