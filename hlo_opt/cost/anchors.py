@@ -58,8 +58,9 @@ class Anchors:
 def scale(anchors: Sequence[tuple[float | Exception, float]]) -> float:
     """How much slower (or faster) this batch ran than the anchors' batches: the median
     of (seconds now / seconds then) over the anchors that ran, raised to `TRUST`
-    (below), or 1 if none ran; under 1 when the anchors' batches ran slow. Both ways: scaled up only (until 2026-11-29), a batch
-    whose anchors had been timed in a slow spell left its new kernels on a faster scale
+    (below), or 1 if none ran; under 1 when the anchors' batches ran slow. Both ways:
+    scaled up only (until 2026-11-29), a batch whose anchors had been timed in a slow
+    spell left its new kernels on a faster scale
     than the ones they replace, so every new form leaned cheap: twelve fresh pricings
     of BERT with every dot in two read 0.80-1.11x the original (median 0.96; sd of log
     0.099), scaled both ways 0.92-1.12x (median 1.02; 0.045); it runs level; and its
