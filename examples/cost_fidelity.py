@@ -28,7 +28,9 @@ Also: how long pricing a model's kernels takes from a cold and from a warm cache
 Each model is priced in a Python process of its own (`--noapart`: all in this one), and
 each of its variants is timed in a process of its own, the turns interleaved across them
 (`worker.py`; `--novariants_apart`: all in the model's process), as a user's program
-runs; each variant's record says how many pages a call of it faulted.
+runs; each variant's record says how many pages a call of it faulted. Where the rounds'
+halves agree under `--agree` (BERT's, whose variants nearly tie), more sets of
+processes are timed, as many as that agreement says it takes (`sets_to_agree`).
 
 `--rescore` prices a kept run's variants again with the code as it is now, from that
 run's kernel timings (`--cache_dir`), and scores the prices against the run's own
@@ -106,6 +108,10 @@ flags.DEFINE_integer("variant_processes", 3, "With --variants_apart, each varian
                      "them: a process's own speed holds for its life, and 24 processes of "
                      "SRU's one program ran 2.56-3.13 ms, each within a few percent over "
                      "its rounds.")
+flags.DEFINE_float("agree", 0.9, "With --variants_apart, where the measurement's halves "
+                   "agree (`split_half`) under this after --variant_processes sets, more "
+                   "sets, up to three times as many, as many as Spearman-Brown says reach "
+                   "it (`sets_to_agree`); 0 for none.")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
@@ -135,15 +141,34 @@ def round_robin(programs, rounds: int, within: float = 0.0
     timing = bench.interleaved({i: functools.partial(fn, *args)
                                 for i, (fn, args) in enumerate(programs)}, (), rounds,
                                settle=TURN, least=True, within=within, most=3 * rounds)
-    ratios = [[1.0] * timing["repeats"]] + [timing["speedup"][i]["ratios"]
-                                            for i in range(1, len(programs))]
-    return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios
+    return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios_of(timing)
 
 
-def apart_round_robin(name: str, found, options) -> tuple[list, list, list]:
+def sets_to_agree(split: float, sets: int, target: float, most: int) -> int:
+    """Sets of processes a measurement needs for its halves to agree at `target`, from
+    their agreement `split` after `sets` (`split_half`): halves k times as long agree
+    at k r / (1 + (k - 1) r) (Spearman-Brown), so k = target (1 - r) / (r (1 - target)).
+    At least `sets`, at most `most`; `most` where the halves do not agree at all.
+
+    Decided once, from the first sets, rather than timing until the halves agree: a
+    measurement stopped the first time its own agreement crossed the line would read
+    that agreement high. BERT's variants run within a few percent of each other, ten of
+    its 24 (the original and its Q/K/V merges) level with one another, and the halves
+    of its 12 rounds agreed at 0.77-0.86 in the last two runs (Intel host): each of the
+    four Intel runs' prices ranked its variants at 0.89-0.95 against the other three
+    runs' measurements pooled (37-39 rounds), and at 0.82-0.88 against its own 12-14
+    (`docs/history.md`)."""
+    if not 0 < target < 1 or split >= target:
+        return sets
+    if not split > 0:
+        return most
+    return max(sets, min(most, math.ceil(sets * target * (1 - split) / (split * (1 - target)))))
+
+
+def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]:
     """`round_robin` with each variant in a process of its own (`worker.Worker`), and
     the pages a call of each faulted after the rounds (in the last set of processes,
-    below). Built two at a time (the cores
+    below), and the sets of processes timed. Built two at a time (the cores
     here), each pair once the last is ready: BERT's 24, built, held 19.8 GB of the
     Intel host's 24 GiB (0.8 GB each, its 384 MiB of weights and jax's own), and more
     compiling at once would add their compiles' memory to that.
@@ -153,11 +178,14 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list]:
     than 7% over its rounds (Kruskal-Wallis p < 1e-4; `docs/history.md`), and SRU's
     original read 2.96 ms in one run and 3.16 in the next while other variants read the
     same. So the rounds are shared among `--variant_processes` sets of processes, one
-    set after another, each variant's time the median over all of them."""
+    set after another, each variant's time the median over all of them; then, where the
+    rounds' halves agree under `--agree`, more sets as `sets_to_agree` says, each like
+    the first."""
     sets = max(1, FLAGS.variant_processes)
     each = max(1, math.ceil(FLAGS.rounds / sets))
     samples: dict[int, list[float]] = {i: [] for i in range(len(found))}
-    for _ in range(sets):
+    done = 0
+    while done < sets:
         with contextlib.ExitStack() as stack:
             workers = []
             for first in range(0, len(found), 2):
@@ -170,10 +198,22 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list]:
             for i, s in got.items():
                 samples[i] += s
             faults = [w.faults() for w in workers]
+        done += 1
+        if done == max(1, FLAGS.variant_processes):
+            split = split_half(ratios_of(bench.summary(samples)))
+            sets = sets_to_agree(split, done, FLAGS.agree, 3 * done)
+            if sets > done:
+                logging.warning("%s: the rounds' halves agree at %.2f; %d sets of "
+                                "processes in all", name, split, sets)
     timing = bench.summary(samples)
-    return ([timing["ms"][i] / 1e3 for i in range(len(found))],
-            [[1.0] * timing["repeats"]] + [timing["speedup"][i]["ratios"]
-                                           for i in range(1, len(found))], faults)
+    return ([timing["ms"][i] / 1e3 for i in range(len(found))], ratios_of(timing), faults,
+            sets)
+
+
+def ratios_of(timing: dict) -> list[list[float]]:
+    """Each variant's per-round speed-up over the first, the first's all 1."""
+    return [[1.0] * timing["repeats"]] + [timing["speedup"][i]["ratios"]
+                                          for i in range(1, len(timing["ms"]))]
 
 
 def decided_pairs(predicted, ratios) -> tuple[int, int, int]:
@@ -264,15 +304,16 @@ def fidelity(name: str, cache_dir: str) -> dict:
     predicted = [model.cost(g, frozen_inputs).total for _, g in found]
     repriced = reprice([g for _, g in found], frozen_inputs, options)
     if FLAGS.variants_apart:
-        measured, ratios, faults = apart_round_robin(name, found, options)
+        measured, ratios, faults, sets = apart_round_robin(name, found, options)
     else:
+        sets = 0
         programs = [program(g, frozen_inputs, args, options) for _, g in found]
         measured, ratios = round_robin(programs, FLAGS.rounds, FLAGS.rounds_within)
         faults = [faults_per_call(fn, a) for fn, a in programs]
     agreement = split_half(ratios)
     return {"model": name, "compiler_options": compile_options.label(options),
             "small": FLAGS.small,
-            "processes_per_variant": FLAGS.variant_processes if FLAGS.variants_apart else 0,
+            "processes_per_variant": sets,
             # each round's speed-up over the original too: a run that reads off can be
             # told from a slow spell (rounds apart) or a steady bias (every round)
             "variants": [{"name": n, "predicted_s": p, "repriced_s": q, "measured_s": m,

@@ -419,10 +419,12 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,
-    timed in two sets of processes, and the pages each faulted a call."""
+    timed in two sets of processes, or six where the halves of those rounds do not agree
+    fully (`--agree=0.99` asks 99 times the rounds of halves at 0.5, capped at three
+    times the sets), and the pages each faulted a call."""
     result = _run("examples/cost_fidelity.py", "--small", "--models=sru,bert",
                   "--variants=3", "--rounds=2", "--rounds_within=1", "--nocases",
-                  "--variant_processes=2",
+                  "--variant_processes=2", "--agree=0.99",
                   f"--cache_dir={tmp_path / 'cache'}", f"--out={tmp_path / 'out'}")
     assert result.returncode == 0, result.stderr[-2000:]
     records = json.loads((tmp_path / "out" / "cost_fidelity.json").read_text())["models"]
@@ -435,9 +437,10 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
         assert [v["name"] for v in r["variants"]] == names
         assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
         # the model's process was given the run's flags: two sets of variant processes,
-        # a round or more from each
-        assert r["processes_per_variant"] == 2
-        assert all(len(v["speedup_by_round"]) >= 2 for v in r["variants"])
+        # then six in all unless their halves agreed, a round or more from each
+        sets = r["processes_per_variant"]
+        assert sets in (2, 6)
+        assert all(len(v["speedup_by_round"]) >= sets for v in r["variants"])
         assert all(v["faults_per_call"] is None or v["faults_per_call"] >= 0
                    for v in r["variants"])
 
@@ -460,3 +463,18 @@ def test_a_variant_runs_in_a_process_of_its_own_and_must_be_the_one_asked_for():
     with worker.Worker("sru", True, 3, 1, found[2][1].digest) as w:
         with pytest.raises(RuntimeError, match=r"(?s)sru variant 1 .*drawn otherwise"):
             w.ready()
+
+
+def test_a_measurement_whose_halves_disagree_gets_the_sets_spearman_brown_asks():
+    import cost_fidelity
+    # Halves at 0.77 after 3 sets: reaching 0.9 takes 0.9 * 0.23 / (0.77 * 0.1) = 2.69
+    # times the rounds, 9 sets; at 0.86, 1.47 times, 5 sets; already at 0.9, no more;
+    # capped at `most`, and `most` where the halves do not agree at all.
+    assert cost_fidelity.sets_to_agree(0.77, 3, 0.9, 9) == 9
+    assert cost_fidelity.sets_to_agree(0.86, 3, 0.9, 9) == 5
+    assert cost_fidelity.sets_to_agree(0.9, 3, 0.9, 9) == 3
+    assert cost_fidelity.sets_to_agree(0.5, 3, 0.9, 9) == 9
+    assert cost_fidelity.sets_to_agree(-0.1, 3, 0.9, 9) == 9
+    assert cost_fidelity.sets_to_agree(float("nan"), 3, 0.9, 9) == 9
+    # --agree=0 turns it off
+    assert cost_fidelity.sets_to_agree(0.2, 3, 0.0, 9) == 3
