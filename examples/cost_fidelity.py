@@ -181,7 +181,7 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
     set after another, each variant's time the median over all of them; then, where the
     rounds' halves agree under `--agree`, more sets as `sets_to_agree` says, each like
     the first."""
-    sets = max(1, FLAGS.variant_processes)
+    first = sets = max(1, FLAGS.variant_processes)
     each = max(1, math.ceil(FLAGS.rounds / sets))
     samples: dict[int, list[float]] = {i: [] for i in range(len(found))}
     done = 0
@@ -199,7 +199,7 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
                 samples[i] += s
             faults = [w.faults() for w in workers]
         done += 1
-        if done == max(1, FLAGS.variant_processes):
+        if done == first:
             split = split_half(ratios_of(bench.summary(samples)))
             sets = sets_to_agree(split, done, FLAGS.agree, 3 * done)
             if sets > done:
