@@ -33,6 +33,19 @@ from hlo_opt.ir import Graph
 
 logger = logging.getLogger("hlo_opt")
 
+# Rounds each batch of kernels is timed in (`measure.least_in_rounds`), the least read.
+# A price is shared by every kernel of its structure, so one reading's noise moves a
+# whole model: BERT's 48 weight dots are priced as five units (`siblings.py`). With five
+# rounds, one fresh pricing put BERT's output and FFN dots split in four columns 6-23%
+# dearer than whole, where four batches of both side by side read them -1-4% dearer and
+# the program with every dot split ran 3.7% slower, its concatenations included (the
+# ae224df run). Fresh pricings of BERT's 24 fidelity variants against the five Intel
+# runs' measurements pooled: seven with 5 rounds ranked them at 0.904-0.946 (median
+# 0.911) and priced the splits a median 2.3% too dear; three with 20, 0.927-0.947
+# (0.931) and 1.1% (`docs/history.md`). ResNet-50's kernels priced cold in 15-22 s with
+# 5 rounds, 16.5-21 s with 20: compiling, not timing, takes the time.
+REPEATS = 20
+
 
 @dataclasses.dataclass(frozen=True)
 class KernelCost:
@@ -179,7 +192,7 @@ class Measured(CostModel):
     cannot run alone (effects) or fail to, fall back to the roofline."""
     side_by_side = True
 
-    def __init__(self, cache_dir=None, *, repeats: int = 5, min_sample: float = 2e-3,
+    def __init__(self, cache_dir=None, *, repeats: int = REPEATS, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = whole.BELOW,
                  compiler_options: compile_options.Options | None = None):
         header = device_header()
