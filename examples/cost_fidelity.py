@@ -188,10 +188,10 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
     while done < sets:
         with contextlib.ExitStack() as stack:
             workers = []
-            for first in range(0, len(found), 2):
+            for pair in range(0, len(found), 2):
                 started = [stack.enter_context(Worker(name, FLAGS.small, FLAGS.variants, i,
                                                         found[i][1].digest, options))
-                           for i in range(first, min(first + 2, len(found)))]
+                           for i in range(pair, min(pair + 2, len(found)))]
                 workers += [w.ready() for w in started]
             got = bench.rounds(lambda i: workers[i].turn(TURN), list(range(len(workers))),
                                each, within=FLAGS.rounds_within / sets, most=3 * each)
