@@ -479,3 +479,29 @@ def test_a_measurement_whose_halves_disagree_gets_the_sets_spearman_brown_asks()
     assert cost_fidelity.sets_to_agree(float("nan"), 3, 0.9, 9) == 9
     # --agree=0 turns it off
     assert cost_fidelity.sets_to_agree(0.2, 3, 0.0, 9) == 3
+
+
+def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch):
+    """`apart_round_robin` takes `sets_to_agree`'s count once, after the first sets:
+    halves at 0.5 after one set ask 9 times the rounds, capped at three times the sets.
+    (6a953f5 reused the first sets' name for the loop over workers, the count was never
+    taken, and a full run timed BERT in three sets at halves 0.85.)"""
+    from absl.testing import flagsaver
+    import cost_fidelity
+    import variants
+    parsed = cost_fidelity.FLAGS.is_parsed()
+    if not parsed:
+        cost_fidelity.FLAGS(["cost_fidelity"])
+    asked = []
+    monkeypatch.setattr(cost_fidelity, "split_half", lambda r: asked.append(r) or 0.5)
+    try:
+        with flagsaver.flagsaver(small=True, variants=2, variant_processes=1, rounds=1,
+                                 rounds_within=1.0, agree=0.9):
+            graph, _, fixed = cost_fidelity.captured("sru", True)
+            found = variants.variants(graph, 2, fixed=fixed)
+            measured, ratios, _, sets = cost_fidelity.apart_round_robin("sru", found, {})
+    finally:
+        if not parsed:          # as the other tests found them
+            cost_fidelity.FLAGS.unparse_flags()
+    assert sets == 3 and len(asked) == 1
+    assert len(measured) == len(found) and all(len(r) >= 3 for r in ratios)
