@@ -192,7 +192,7 @@ class Measured(CostModel):
     cannot run alone (effects) or fail to, fall back to the roofline."""
     side_by_side = True
 
-    def __init__(self, cache_dir=None, *, repeats: int = REPEATS, min_sample: float = 2e-3,
+    def __init__(self, cache_dir=None, *, repeats: int | None = None, min_sample: float = 2e-3,
                  fallback: Analytic | None = None, whole_below: float = whole.BELOW,
                  compiler_options: compile_options.Options | None = None):
         header = device_header()
@@ -203,6 +203,8 @@ class Measured(CostModel):
             header["options"] = compile_options.label(self.options)
         self.library_fusion = self.platform == "cpu" and self.options == compile_options.YNN_ELTWISE
         self.cache = Cache("kernels", {**header, "method": measure.METHOD}, cache_dir)
+        # read at construction, not at import, so a test session may time in fewer rounds
+        repeats = REPEATS if repeats is None else repeats
         self.repeats, self.min_sample = repeats, min_sample
         self._fallback = fallback
         self._cache_dir = cache_dir
