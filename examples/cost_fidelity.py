@@ -51,6 +51,7 @@ import functools
 import itertools
 import json
 import math
+import random
 import statistics
 import subprocess
 import sys
@@ -165,11 +166,27 @@ def sets_to_agree(split: float, sets: int, target: float, most: int) -> int:
     return max(sets, min(most, math.ceil(sets * target * (1 - split) / (split * (1 - target)))))
 
 
+def build_order(count: int, set_index: int) -> list[int]:
+    """The order set `set_index` of processes builds `count` variants in: the first set
+    in the variants' order, each later one in a shuffle of its own (seeded by its
+    index, so a rerun builds alike). In the full run at 6a03ef3, ResNet-50's variants
+    read slower the later their processes were built in two of its three sets (against
+    the six earlier Intel runs pooled, variants 14-23 read 8-22% slower, and the rank
+    of a variant's gap against its build position was -0.89 in one set), where a
+    ResNet-50-only run after it read no such drift (0.97): built in one order every
+    set, a drift with build position ranks the variants by their index; in orders of
+    their own it is noise that the median over the sets takes out."""
+    order = list(range(count))
+    if set_index:
+        random.Random(set_index).shuffle(order)
+    return order
+
+
 def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]:
     """`round_robin` with each variant in a process of its own (`worker.Worker`), and
     the pages a call of each faulted after the rounds (in the last set of processes,
     below), and the sets of processes timed. Built two at a time (the cores
-    here), each pair once the last is ready: BERT's 24, built, held 19.8 GB of the
+    here), each pair once the last is ready, each set in its `build_order`: BERT's 24, built, held 19.8 GB of the
     Intel host's 24 GiB (0.8 GB each, its 384 MiB of weights and jax's own), and more
     compiling at once would add their compiles' memory to that.
 
@@ -187,17 +204,18 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
     done = 0
     while done < sets:
         with contextlib.ExitStack() as stack:
-            workers = []
+            workers = {}
+            order = build_order(len(found), done)
             for pair in range(0, len(found), 2):
-                started = [stack.enter_context(Worker(name, FLAGS.small, FLAGS.variants, i,
-                                                        found[i][1].digest, options))
-                           for i in range(pair, min(pair + 2, len(found)))]
-                workers += [w.ready() for w in started]
+                started = {i: stack.enter_context(Worker(name, FLAGS.small, FLAGS.variants,
+                                                         i, found[i][1].digest, options))
+                           for i in order[pair:pair + 2]}
+                workers |= {i: w.ready() for i, w in started.items()}
             got = bench.rounds(lambda i: workers[i].turn(TURN), list(range(len(workers))),
                                each, within=FLAGS.rounds_within / sets, most=3 * each)
             for i, s in got.items():
                 samples[i] += s
-            faults = [w.faults() for w in workers]
+            faults = [workers[i].faults() for i in range(len(found))]
         done += 1
         if done == first:
             split = split_half(ratios_of(bench.summary(samples)))

@@ -492,8 +492,20 @@ def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch):
     parsed = cost_fidelity.FLAGS.is_parsed()
     if not parsed:
         cost_fidelity.FLAGS(["cost_fidelity"])
-    asked = []
+    asked, built = [], []
     monkeypatch.setattr(cost_fidelity, "split_half", lambda r: asked.append(r) or 0.5)
+
+    class Tagged(cost_fidelity.Worker):
+        """The real worker, its turns told apart: variant i's a whole i hours longer."""
+        def __init__(self, name, small, count, index, *rest):
+            super().__init__(name, small, count, index, *rest)
+            self.index = index
+            built.append(index)
+
+        def turn(self, seconds):
+            return super().turn(seconds) + 3600 * self.index
+
+    monkeypatch.setattr(cost_fidelity, "Worker", Tagged)
     try:
         with flagsaver.flagsaver(small=True, variants=2, variant_processes=1, rounds=1,
                                  rounds_within=1.0, agree=0.9):
@@ -505,3 +517,15 @@ def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch):
             cost_fidelity.FLAGS.unparse_flags()
     assert sets == 3 and len(asked) == 1
     assert len(measured) == len(found) and all(len(r) >= 3 for r in ratios)
+    # each set built in its own order (`build_order`), every turn still its variant's
+    assert built == [0, 1, 1, 0, 1, 0]
+    assert [round(m / 3600) for m in measured] == [0, 1]
+
+
+def test_each_set_of_processes_builds_the_variants_in_an_order_of_its_own():
+    import cost_fidelity
+    orders = [cost_fidelity.build_order(24, k) for k in range(4)]
+    assert orders[0] == list(range(24))
+    assert all(sorted(o) == list(range(24)) for o in orders)
+    assert len({tuple(o) for o in orders}) == 4
+    assert cost_fidelity.build_order(24, 2) == orders[2]      # a rerun builds alike
