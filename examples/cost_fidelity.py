@@ -29,8 +29,9 @@ Each model is priced in a Python process of its own (`--noapart`: all in this on
 each of its variants is timed in a process of its own, the turns interleaved across them
 (`worker.py`; `--novariants_apart`: all in the model's process), as a user's program
 runs; each variant's record says how many pages a call of it faulted. Where the rounds'
-halves agree under `--agree` (BERT's, whose variants nearly tie), more sets of
-processes are timed, as many as that agreement says it takes (`sets_to_agree`).
+halves, or its sets of processes, agree under `--agree` (BERT's, whose variants nearly
+tie), more sets of processes are timed, as many as that agreement says it takes
+(`sets_to_agree`).
 
 `--rescore` prices a kept run's variants again with the code as it is now, from that
 run's kernel timings (`--cache_dir`), and scores the prices against the run's own
@@ -110,9 +111,10 @@ flags.DEFINE_integer("variant_processes", 3, "With --variants_apart, each varian
                      "SRU's one program ran 2.56-3.13 ms, each within a few percent over "
                      "its rounds.")
 flags.DEFINE_float("agree", 0.9, "With --variants_apart, where the measurement's halves "
-                   "agree (`split_half`) under this after --variant_processes sets, more "
-                   "sets, up to three times as many, as many as Spearman-Brown says reach "
-                   "it (`sets_to_agree`); 0 for none.")
+                   "(`split_half`) or its sets of processes (`across_sets`) agree under "
+                   "this after --variant_processes sets, more sets, up to three times as "
+                   "many, as many as Spearman-Brown says reach it (`sets_to_agree`); 0 "
+                   "for none.")
 FLAGS = flags.FLAGS
 
 CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
@@ -196,12 +198,12 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
     original read 2.96 ms in one run and 3.16 in the next while other variants read the
     same. So the rounds are shared among `--variant_processes` sets of processes, one
     set after another, each variant's time the median over all of them; then, where the
-    rounds' halves agree under `--agree`, more sets as `sets_to_agree` says, each like
-    the first."""
+    rounds' halves or its sets (`across_sets`, the lesser) agree under `--agree`, more
+    sets as `sets_to_agree` says, each like the first."""
     first = sets = max(1, FLAGS.variant_processes)
     each = max(1, math.ceil(FLAGS.rounds / sets))
     samples: dict[int, list[float]] = {i: [] for i in range(len(found))}
-    done = 0
+    per_set, done = [], 0
     while done < sets:
         with contextlib.ExitStack() as stack:
             workers = {}
@@ -215,14 +217,17 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
                                each, within=FLAGS.rounds_within / sets, most=3 * each)
             for i, s in got.items():
                 samples[i] += s
+            per_set.append(got)
             faults = [workers[i].faults() for i in range(len(found))]
         done += 1
         if done == first:
-            split = split_half(ratios_of(bench.summary(samples)))
+            halves, apart = split_half(ratios_of(bench.summary(samples))), across_sets(per_set)
+            split = halves if not apart <= halves else apart
             sets = sets_to_agree(split, done, FLAGS.agree, 3 * done)
             if sets > done:
-                logging.warning("%s: the rounds' halves agree at %.2f; %d sets of "
-                                "processes in all", name, split, sets)
+                logging.warning("%s: the rounds' halves agree at %.2f, the sets of "
+                                "processes at %.2f; %d sets in all", name, halves, apart,
+                                sets)
     timing = bench.summary(samples)
     return ([timing["ms"][i] / 1e3 for i in range(len(found))], ratios_of(timing), faults,
             sets)
@@ -269,6 +274,24 @@ def split_half(ratios) -> float:
         return [statistics.median(1 / r[i] for i in rounds) for r in ratios]
     n = len(ratios[0])
     return spearman(relative(range(0, n, 2)), relative(range(1, n, 2)))
+
+
+def across_sets(per_set: list[dict]) -> float:
+    """The measurement's agreement with itself across its sets of processes, read as
+    `split_half` reads it: the mean Spearman of one set's order (each variant's median
+    time relative to the original over that set's rounds) with another's, stepped by
+    Spearman-Brown to half the sets. NaN with one set. `split_half`'s halves share
+    their processes, so they cannot see a process's own speed, which holds for its
+    life: at ecf3a92 BERT's halves agreed at 0.94 while its three sets ranked each
+    other at 0.57 (0.66 stepped), one variant 0.90x the original in two sets and 1.00x in
+    the third, and its Spearman read 0.71 (`docs/history.md`)."""
+    orders = [[statistics.median(1 / x for x in r) for r in ratios_of(bench.summary(s))]
+              for s in per_set]
+    pairs = [spearman(a, b) for a, b in itertools.combinations(orders, 2)]
+    if not pairs or any(math.isnan(r) for r in pairs):
+        return math.nan
+    r, k = statistics.mean(pairs), len(orders) / 2
+    return r if r <= 0 else k * r / (1 + (k - 1) * r)
 
 
 def ceiling(split: float) -> float:

@@ -1,6 +1,7 @@
 """The benchmark harness: its error measure, its interleaving, its reports, and the
 scripts themselves run end to end (so they cannot rot). Nothing here asserts a speed."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -419,8 +420,8 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,
-    timed in two sets of processes, or six where the halves of those rounds do not agree
-    fully (`--agree=0.99` asks 99 times the rounds of halves at 0.5, capped at three
+    timed in two sets of processes, or six where the halves of those rounds, or the two
+    sets, do not agree fully (`--agree=0.99` asks 99 times the rounds of halves at 0.5, capped at three
     times the sets), and the pages each faulted a call."""
     result = _run("examples/cost_fidelity.py", "--small", "--models=sru,bert",
                   "--variants=3", "--rounds=2", "--rounds_within=1", "--nocases",
@@ -437,8 +438,8 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
         assert [v["name"] for v in r["variants"]] == names
         assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
         # the model's process was given the run's flags: two sets of variant processes,
-        # then six in all unless their halves agreed (then the record's agreement is
-        # theirs), a round or more from each
+        # then six in all unless their halves and sets agreed (then the record's halves
+        # agree), a round or more from each
         sets = r["processes_per_variant"]
         assert sets == 6 or (sets == 2 and r["split_half"] >= 0.99), (sets, r["split_half"])
         assert all(len(v["speedup_by_round"]) >= sets for v in r["variants"])
@@ -529,3 +530,24 @@ def test_each_set_of_processes_builds_the_variants_in_an_order_of_its_own():
     assert all(sorted(o) == list(range(24)) for o in orders)
     assert len({tuple(o) for o in orders}) == 4
     assert cost_fidelity.build_order(24, 2) == orders[2]      # a rerun builds alike
+
+
+def test_sets_of_processes_that_order_the_variants_apart_are_read_as_disagreeing():
+    """`across_sets` sees a process's own speed, which `split_half` cannot: here each
+    set's rounds agree exactly, but the sets order the four variants apart."""
+    import cost_fidelity
+
+    def one_set(times):         # each variant's time, alike in all four rounds
+        return {i: [t] * 4 for i, t in enumerate(times)}
+
+    alike = [one_set([1.0, 1.1, 1.2, 1.3])] * 3
+    apart = [one_set([1.0, 1.1, 1.2, 1.3]), one_set([1.0, 1.3, 1.2, 1.1]),
+             one_set([1.0, 1.2, 1.3, 1.1])]
+    assert cost_fidelity.across_sets(alike) == pytest.approx(1.0)
+    assert cost_fidelity.across_sets(apart) < 0.7      # pairs at 0.2, 0.4, 0.8: 0.57
+    assert cost_fidelity.sets_to_agree(cost_fidelity.across_sets(apart), 3, 0.9, 9) > 3
+    pooled = {i: sum((s[i] for s in apart), []) for i in range(4)}
+    halves = cost_fidelity.split_half(cost_fidelity.ratios_of(
+        cost_fidelity.bench.summary(pooled)))
+    assert halves == pytest.approx(1.0)      # the rounds' halves see nothing amiss
+    assert math.isnan(cost_fidelity.across_sets(alike[:1]))
