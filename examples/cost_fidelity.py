@@ -187,10 +187,10 @@ def build_order(count: int, set_index: int) -> list[int]:
 def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]:
     """`round_robin` with each variant in a process of its own (`worker.Worker`), and
     the pages a call of each faulted after the rounds (in the last set of processes,
-    below), and the sets of processes timed. Built two at a time (the cores
-    here), each pair once the last is ready, each set in its `build_order`: BERT's 24, built, held 19.8 GB of the
-    Intel host's 24 GiB (0.8 GB each, its 384 MiB of weights and jax's own), and more
-    compiling at once would add their compiles' memory to that.
+    below), and the sets of processes timed. Built two at a time (the cores here), each
+    pair once the last is ready, each set in its `build_order`: BERT's 24, built, held
+    19.8 GB of the Intel host's 24 GiB (0.8 GB each, its 384 MiB of weights and jax's
+    own), and more compiling at once would add their compiles' memory to that.
 
     A process is fast or slow for its life: 24 processes of SRU's original, built in
     turn and timed in rounds, ran at medians of 2.56-3.13 ms, none of them moving more
@@ -221,8 +221,9 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
             faults = [workers[i].faults() for i in range(len(found))]
         done += 1
         if done == first:
-            halves, apart = split_half(ratios_of(bench.summary(samples))), across_sets(per_set)
-            split = halves if not apart <= halves else apart
+            halves = split_half(ratios_of(bench.summary(samples)))
+            apart = across_sets(per_set)
+            split = apart if apart < halves else halves     # NaN where one set: the halves
             sets = sets_to_agree(split, done, FLAGS.agree, 3 * done)
             if sets > done:
                 logging.warning("%s: the rounds' halves agree at %.2f, the sets of "
@@ -270,10 +271,18 @@ def split_half(ratios) -> float:
     can any cost model, and this says by how much: half the rounds rank less steadily
     than all of them, so it is a floor on the measurement's own agreement, and a model
     whose Spearman is near it orders the variants as well as a second run would."""
-    def relative(rounds):
-        return [statistics.median(1 / r[i] for i in rounds) for r in ratios]
     n = len(ratios[0])
-    return spearman(relative(range(0, n, 2)), relative(range(1, n, 2)))
+    return spearman(relative(ratios, range(0, n, 2)), relative(ratios, range(1, n, 2)))
+
+
+def relative(ratios, rounds) -> list[float]:
+    """Each variant's median time relative to the original over `rounds`."""
+    return [statistics.median(1 / r[i] for i in rounds) for r in ratios]
+
+
+def spearman_brown(r: float, k: float) -> float:
+    """The agreement of a measurement k times as long as one that agrees at r."""
+    return k * r / (1 + (k - 1) * r)
 
 
 def across_sets(per_set: list[dict]) -> float:
@@ -285,13 +294,15 @@ def across_sets(per_set: list[dict]) -> float:
     life: at ecf3a92 BERT's halves agreed at 0.94 while its three sets ranked each
     other at 0.57 (0.66 stepped), one variant 0.90x the original in two sets and 1.00x in
     the third, and its Spearman read 0.71 (`docs/history.md`)."""
-    orders = [[statistics.median(1 / x for x in r) for r in ratios_of(bench.summary(s))]
-              for s in per_set]
+    orders = []
+    for s in per_set:
+        ratios = ratios_of(bench.summary(s))
+        orders.append(relative(ratios, range(len(ratios[0]))))
     pairs = [spearman(a, b) for a, b in itertools.combinations(orders, 2)]
     if not pairs or any(math.isnan(r) for r in pairs):
         return math.nan
-    r, k = statistics.mean(pairs), len(orders) / 2
-    return r if r <= 0 else k * r / (1 + (k - 1) * r)
+    r = statistics.mean(pairs)
+    return r if r <= 0 else spearman_brown(r, len(orders) / 2)
 
 
 def ceiling(split: float) -> float:
@@ -305,7 +316,7 @@ def ceiling(split: float) -> float:
     not agree at all."""
     if not split > 0:
         return float("nan")
-    return math.sqrt(2 * split / (1 + split))
+    return math.sqrt(spearman_brown(split, 2))
 
 
 def _speedup_errors(pred, meas) -> list[float]:

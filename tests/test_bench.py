@@ -421,8 +421,8 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,
     timed in two sets of processes, or six where the halves of those rounds, or the two
-    sets, do not agree fully (`--agree=0.99` asks 99 times the rounds of halves at 0.5, capped at three
-    times the sets), and the pages each faulted a call."""
+    sets, do not agree fully (`--agree=0.99` asks 99 times the rounds of halves at 0.5,
+    capped at three times the sets), and the pages each faulted a call."""
     result = _run("examples/cost_fidelity.py", "--small", "--models=sru,bert",
                   "--variants=3", "--rounds=2", "--rounds_within=1", "--nocases",
                   "--variant_processes=2", "--agree=0.99",
