@@ -52,6 +52,7 @@ import functools
 import itertools
 import json
 import math
+import os
 import random
 import statistics
 import subprocess
@@ -80,7 +81,8 @@ flags.DEFINE_integer("rounds", 9, "Round-robin timing rounds at least (a sign te
 flags.DEFINE_float("rounds_within", 180.0, "More rounds, up to three times --rounds, while a "
                    "model's rounds take at most this many seconds (`round_robin`).")
 flags.DEFINE_bool("cases", True, "Also run the sign cases.")
-flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md.")
+flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md; while a "
+                    "run goes, cost_fidelity.partial.json holds the models done so far.")
 flags.DEFINE_bool("readme", False, "Rewrite the README's cost_fidelity section.")
 FIXED = {"defaults": {}, "ynn_eltwise": compile_options.YNN_ELTWISE}
 flags.DEFINE_enum("options", "choose", ["choose", *FIXED], "XLA compile options of each "
@@ -633,11 +635,27 @@ def apart(name: str, cache_dir: str) -> dict:
         return json.loads((Path(out) / "cost_fidelity.json").read_text())["models"][0]
 
 
+PARTIAL = "cost_fidelity.partial.json"
+
+
+def keep(records: list[dict], out: str) -> None:
+    """The models done so far, as `--out`/`PARTIAL` in the report's own shape (`--rescore`
+    and `--pooled` read it): a run stopped after five of eight models, as one at eabf93e
+    was, kept only its log. Written to a temp file and renamed, so never torn."""
+    os.makedirs(out, exist_ok=True)
+    path = Path(out) / PARTIAL
+    payload = {"environment": bench.environment(), "models": records, "sign_cases": []}
+    with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as f:
+        json.dump(payload, f, indent=1)
+    os.replace(f.name, path)
+
+
 def run(cache_dir: str) -> None:
     records = []
     for name in FLAGS.models:
         logging.warning("cost fidelity: %s", name)
         records.append(apart(name, cache_dir) if FLAGS.apart else fidelity(name, cache_dir))
+        keep(records, FLAGS.out)
         r = records[-1]
         print(f"{name}: {len(r['variants'])} variants, Spearman {r['spearman']:.2f} "
               f"(measured vs itself {r['split_half']:.2f}), "
@@ -647,6 +665,7 @@ def run(cache_dir: str) -> None:
     payload = {"environment": env, "models": records, "sign_cases": cases}
     bench.write_report("cost_fidelity", payload, markdown(records, cases, env), FLAGS.out,
                        FLAGS.readme)
+    (Path(FLAGS.out) / PARTIAL).unlink(missing_ok=True)
 
 
 def main(argv):

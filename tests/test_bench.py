@@ -551,3 +551,32 @@ def test_sets_of_processes_that_order_the_variants_apart_are_read_as_disagreeing
         cost_fidelity.bench.summary(pooled)))
     assert halves == pytest.approx(1.0)      # the rounds' halves see nothing amiss
     assert math.isnan(cost_fidelity.across_sets(alike[:1]))
+
+
+def test_a_fidelity_run_keeps_each_model_done_when_a_later_one_fails(tmp_path):
+    """`run` writes the models done so far after each one (`keep`): a run that stops
+    partway keeps them in the report's shape; one that ends leaves only the report."""
+    from absl.testing import flagsaver
+    import cost_fidelity
+    parsed = cost_fidelity.FLAGS.is_parsed()
+    if not parsed:
+        cost_fidelity.FLAGS(["cost_fidelity"])
+    out, partial = tmp_path / "out", tmp_path / "out" / cost_fidelity.PARTIAL
+    quick = dict(small=True, variants=2, apart=False, variants_apart=False, rounds=2,
+                 rounds_within=0.0, cases=False, readme=False, out=str(out))
+    try:
+        with flagsaver.flagsaver(models=["sru", "no_such_model"], **quick):
+            with pytest.raises(ValueError, match="no_such_model"):
+                cost_fidelity.run(str(tmp_path / "cache"))
+        kept = json.loads(partial.read_text())
+        assert [m["model"] for m in kept["models"]] == ["sru"]
+        assert len(kept["models"][0]["variants"]) == 2 and kept["sign_cases"] == []
+        assert not (out / "cost_fidelity.json").exists()
+        with flagsaver.flagsaver(models=["sru"], **quick):
+            cost_fidelity.run(str(tmp_path / "cache"))
+    finally:
+        if not parsed:          # as the other tests found them
+            cost_fidelity.FLAGS.unparse_flags()
+    assert not partial.exists()
+    report = json.loads((out / "cost_fidelity.json").read_text())
+    assert [m["model"] for m in report["models"]] == ["sru"]
