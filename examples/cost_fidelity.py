@@ -638,16 +638,19 @@ def apart(name: str, cache_dir: str) -> dict:
 PARTIAL = "cost_fidelity.partial.json"
 
 
+def report(records: list[dict], cases: list[dict]) -> dict:
+    """The JSON a run writes (`--rescore` and `--pooled` read its models)."""
+    return {"environment": bench.environment(), "models": records, "sign_cases": cases}
+
+
 def keep(records: list[dict], out: str) -> None:
-    """The models done so far, as `--out`/`PARTIAL` in the report's own shape (`--rescore`
-    and `--pooled` read it): a run stopped after five of eight models, as one at eabf93e
-    was, kept only its log. Written to a temp file and renamed, so never torn."""
+    """The models done so far, as `--out`/`PARTIAL` in the report's own shape: a run
+    stopped after five of eight models, as one at eabf93e was, kept only its log.
+    Written to a temp file and renamed, so never torn."""
     os.makedirs(out, exist_ok=True)
-    path = Path(out) / PARTIAL
-    payload = {"environment": bench.environment(), "models": records, "sign_cases": []}
     with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as f:
-        json.dump(payload, f, indent=1)
-    os.replace(f.name, path)
+        json.dump(report(records, []), f, indent=1)
+    os.replace(f.name, Path(out) / PARTIAL)
 
 
 def run(cache_dir: str) -> None:
@@ -661,10 +664,10 @@ def run(cache_dir: str) -> None:
               f"(measured vs itself {r['split_half']:.2f}), "
               f"speed-up error median {r['speedup_error_median']:.0%}", flush=True)
     cases = sign_cases(cost.Measured(cache_dir)) if FLAGS.cases else []
-    env = bench.environment()
-    payload = {"environment": env, "models": records, "sign_cases": cases}
-    bench.write_report("cost_fidelity", payload, markdown(records, cases, env), FLAGS.out,
-                       FLAGS.readme)
+    payload = report(records, cases)
+    bench.write_report("cost_fidelity", payload, markdown(records, cases,
+                                                          payload["environment"]),
+                       FLAGS.out, FLAGS.readme)
     (Path(FLAGS.out) / PARTIAL).unlink(missing_ok=True)
 
 
