@@ -139,7 +139,7 @@ class CostModel:
                                     layouts.weight_copies(kernels, pre),
                                     self.fault_per_byte, self.fresh_page_per_byte)
         total = sum(k.seconds for k in priced) + faults
-        timed = self.whole_seconds(graph, frozen, total)
+        timed = self.whole_seconds(graph, frozen, [k for k, p in zip(kernels, pre) if not p])
         self.done()
         if timed is not None:
             return Cost(timed, tuple(priced), whole=True)
@@ -157,8 +157,10 @@ class CostModel:
     def prepare(self, kernels: Sequence[Kernel]) -> None:
         """Called with the kernels `cost` is about to price: a model may time them together."""
 
-    def whole_seconds(self, graph: Graph, frozen: Iterable[int], summed: float) -> float | None:
-        """The graph's time measured as one program where its kernels' sum is not trusted."""
+    def whole_seconds(self, graph: Graph, frozen: Iterable[int],
+                      kernels: Sequence[Kernel]) -> float | None:
+        """The graph's time measured as one program where the sum of its run-time
+        `kernels` is not trusted."""
         return None
 
     def timed_whole(self, graph: Graph, frozen: Iterable[int]) -> bool:
@@ -348,8 +350,9 @@ class Measured(CostModel):
                 return float(seconds)
         return self.fallback().kernel_seconds(kernel)
 
-    def whole_seconds(self, graph: Graph, frozen: Iterable[int], summed: float) -> float | None:
-        return self.whole.seconds(graph, frozen, summed)
+    def whole_seconds(self, graph: Graph, frozen: Iterable[int],
+                      kernels: Sequence[Kernel]) -> float | None:
+        return self.whole.seconds(graph, frozen, kernels)
 
     def done(self) -> None:
         """Writes what was timed to disk, counted as timing: a flush reads, merges and

@@ -3,10 +3,18 @@
 Kernels do not add up: XLA CPU runs independent ones side by side and their fixed costs
 overlap: NasRNN's eighty 1x512 @ 512x512 dots summed to 2.4 ms while the program ran in
 1.8 ms, and the sum ranked its merge variants wrongly (merging each `x@W + h@U` pair:
-1.08x predicted, 0.79x measured). A program that runs under `BELOW` is compiled and
-timed itself (and cached by its digest): one compile per candidate graph, affordable
-exactly when the program is short. Whether it does is read off its kernels, or, when
-they sum to a few times that, off one timing of the first program of its signature.
+1.08x predicted, 0.79x measured). A program is compiled and
+timed itself (and cached by its digest) when it is short: one compile per candidate
+graph, affordable exactly then. "Short" is read off the graph, not off the machine: its
+run-time kernels under the fixed roofline (`analytic.DEFAULT`, the same numbers on any
+host) sum under `BELOW`. Read off a timing of the first program of its signature, as it
+was until 2026-12-05, the choice was a lottery wherever a program ran near the line: on
+a slow AMD host NasRNN ran in 4.7-5.1 ms against a 5 ms line, three fresh pricings of
+four summed its kernels, and those priced its dots split in eight 0.52-0.58x the
+original, where the fourth, timed whole, priced them 0.99x and they ran 1.03x
+(`docs/history.md`). The fixed roofline is 8.5 ms for NasRNN, 12.3 for SRU and 40 for
+SqueezeNet, which run in 2.0, 2.8 and 12 ms on the 2-core Intel host: the line at 20 ms
+keeps the choices the 5 ms line made there.
 
 Each is timed against a reference: the first program of the same signature (inputs,
 outputs, frozen set — what equivalent graphs share) that this object priced. A
@@ -21,17 +29,16 @@ from collections.abc import Iterable
 
 import jax
 from hlo_opt import deadline
-from hlo_opt.cost import measure, pairing
+from hlo_opt.cost import analytic, measure, pairing
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.stopwatch import Stopwatch
 from hlo_opt.frozen import split
+from hlo_opt.cost.partition import Kernel
 from hlo_opt.ir import Graph
 
 logger = logging.getLogger("hlo_opt")
 
-BELOW = 5e-3      # seconds under which the program is timed whole
-PROBE = 4.0       # kernels summing under PROBE x BELOW: the first program of a signature
-                  # is timed whole once, to see if it is short
+BELOW = 20e-3     # fixed-roofline seconds under which the program is timed whole
 SAMPLE = 10e-3    # each sample of a reference timed whole runs at least this long
 ROUNDS = 7        # paired rounds per candidate (`pairing.ratio`, its turns of
                   # `pairing.TURN`): NasRNN against itself read sd 0.018 in 7 10 ms
@@ -61,15 +68,16 @@ class Programs:
         """Whether graphs of this one's signature are already known to be timed whole."""
         return signature(graph, frozen) in self.references
 
-    def seconds(self, graph: Graph, frozen: Iterable[int], summed: float) -> float | None:
-        """The graph's seconds timed whole, or None where its kernels' sum (`summed`)
-        stands.
+    def seconds(self, graph: Graph, frozen: Iterable[int],
+                kernels: Iterable[Kernel]) -> float | None:
+        """The graph's seconds timed whole, or None where the sum of its run-time
+        `kernels` stands.
 
-        The first graph of a signature decides for all: graphs of one signature are all
-        timed whole or all summed. Mixed, a candidate whose kernels sum just under
-        `below` was timed whole against an original that was summed, and SRU's merged
-        variants (summed 3.9 ms, run 5.0 ms) read 2x faster than the original (summed
-        7.9 ms, run 4.6 ms)."""
+        The first graph of a signature decides for all (`rough`): graphs of one
+        signature are all timed whole or all summed. Mixed, a candidate whose kernels
+        sum just under `below` was timed whole against an original that was summed, and
+        SRU's merged variants (summed 3.9 ms, run 5.0 ms) read 2x faster than the
+        original (summed 7.9 ms, run 4.6 ms)."""
         if graph.effects or any(n.deps for n in graph.nodes):
             return None
         frozen = tuple(sorted(set(frozen)))
@@ -77,30 +85,29 @@ class Programs:
         if sig in self.summed:
             return None
         ref = self.references.get(sig)
-        if ref is None and summed >= PROBE * self.below:
+        if ref is None and rough(kernels) >= self.below:
             self.summed.add(sig)
             return None
         # Keyed by the graph and frozen set, not by the per-call program they make:
         # making it to look it up was half the pricing of a warm search.
         key = f"whole:{graph.digest}:{frozen}"
         seconds = self.cache.get(key)
-        if seconds is not None:
-            if ref is None:
-                return self._first(sig, graph, frozen, float(seconds), summed)
-            return float(seconds)
-        deadline.check()
-        try:
-            with self.watch.running():       # making the program is a cold price's cost too
-                seconds = self._time(graph, frozen, ref)
-        except deadline.OutOfTime:
-            raise
-        except Exception as err:  # noqa: BLE001 - the kernel sum still stands
-            logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
-                         "kernels", err)
-            return None
-        self.cache.put(key, seconds)
-        self.timed += 1
-        return float(seconds) if ref else self._first(sig, graph, frozen, seconds, summed)
+        if seconds is None:
+            deadline.check()
+            try:
+                with self.watch.running():   # making the program is a cold price's cost too
+                    seconds = self._time(graph, frozen, ref)
+            except deadline.OutOfTime:
+                raise
+            except Exception as err:  # noqa: BLE001 - the kernel sum still stands
+                logger.debug("hlo_opt: cannot time the program whole (%s); summing its "
+                             "kernels", err)
+                return None
+            self.cache.put(key, seconds)
+            self.timed += 1
+        if ref is None:
+            self.references[sig] = [(graph, frozen), None, float(seconds)]
+        return float(seconds)
 
     def _time(self, graph: Graph, frozen: tuple, ref: list | None) -> float:
         program = split(graph, frozen).runtime
@@ -123,13 +130,8 @@ class Programs:
             measure.release(fn)
         return max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
 
-    def _first(self, sig, graph, frozen, seconds: float, summed: float) -> float | None:
-        """The first graph of a signature, timed whole: the reference of all that follow
-        if it is short, as a program (its kernels may sum longer: XLA CPU runs short
-        independent ones side by side, and SRU's summed to 5.9 ms where it ran in 4.0);
-        else the signature is summed."""
-        if summed >= self.below and seconds >= self.below:
-            self.summed.add(sig)
-            return None
-        self.references[sig] = [(graph, frozen), None, seconds]
-        return seconds
+
+def rough(kernels: Iterable[Kernel]) -> float:
+    """The kernels' seconds under the fixed roofline (`analytic.DEFAULT`): how long a
+    program is, the same on any host and in any process."""
+    return sum(analytic.DEFAULT.kernel_seconds(k) for k in kernels)
