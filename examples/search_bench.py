@@ -196,7 +196,7 @@ def scaling(model) -> list[dict]:
     graphs); over six seeds 4 blocks took 2.97-3.95 s (mean 3.41 against 1.86 at one block).
 
     Priced as the full-size models are: measured kernels, summed. These small configs
-    run under `whole.BELOW`, where each candidate would be timed as a program
+    are short programs (`whole.py`), where each candidate would be timed as a program
     of its own, and on the 2-core VM one conv program read 3.5 to 5.6 ms in sixteen
     timings (each the least of five samples): the sampling then chases gains that are
     timing noise, and how many it chases, not the graph's size, set the time (Inception

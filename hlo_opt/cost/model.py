@@ -213,7 +213,8 @@ class Measured(CostModel):
         self.measured = 0       # kernels timed (cache misses) by this object
         self._watch = Stopwatch()   # seconds spent timing them all (`measuring`)
         self.whole = whole.Programs(self.cache, self._watch, below=whole_below,
-                                    repeats=repeats, options=self.options)
+                                    repeats=repeats, options=self.options,
+                                    platform=self.platform)
         self._estimates: dict[tuple, float] = {}    # `estimate`, by `structure`
         self._isolated: dict[tuple, Graph] = {}     # `prepare`'s programs, until priced
         self._failed: set[str] = set()              # programs that would not run alone

@@ -3,18 +3,18 @@
 Kernels do not add up: XLA CPU runs independent ones side by side and their fixed costs
 overlap: NasRNN's eighty 1x512 @ 512x512 dots summed to 2.4 ms while the program ran in
 1.8 ms, and the sum ranked its merge variants wrongly (merging each `x@W + h@U` pair:
-1.08x predicted, 0.79x measured). A program is compiled and
-timed itself (and cached by its digest) when it is short: one compile per candidate
-graph, affordable exactly then. "Short" is read off the graph, not off the machine: its
-run-time kernels under the fixed roofline (`analytic.DEFAULT`, the same numbers on any
-host) sum under `BELOW`. Read off a timing of the first program of its signature, as it
-was until 2026-12-05, the choice was a lottery wherever a program ran near the line: on
-a slow AMD host NasRNN ran in 4.7-5.1 ms against a 5 ms line, three fresh pricings of
-four summed its kernels, and those priced its dots split in eight 0.52-0.58x the
-original, where the fourth, timed whole, priced them 0.99x and they ran 1.03x
-(`docs/history.md`). The fixed roofline is 8.5 ms for NasRNN, 12.3 for SRU and 40 for
-SqueezeNet, which run in 2.0, 2.8 and 12 ms on the 2-core Intel host: the line at 20 ms
-keeps the choices the 5 ms line made there.
+1.08x predicted, 0.79x measured). A program is compiled and timed itself (and cached by
+its digest) when it is short: one compile per candidate graph, affordable exactly then.
+"Short" is read off the graph, not off the machine: its run-time kernels under the
+platform's fixed roofline (`analytic.FIXED`, the same numbers on any host) sum under
+`BELOW`. Read off a timing of the first program of its signature, as it was until
+2026-12-05, the choice was a lottery wherever a program ran near the line: on a slow AMD
+host NasRNN ran in 4.7-5.1 ms against a 5 ms line, three fresh pricings of four summed
+its kernels, and those priced its dots split in eight 0.52-0.58x the original, where the
+fourth, timed whole, priced them 0.99x and they ran 1.03x (`docs/history.md`). The fixed
+roofline reads 8.5 ms for NasRNN, 12.3 for SRU and 40 for SqueezeNet, which run in 2.0,
+2.8 and 12 ms on the 2-core Intel host: the line at 20 ms keeps the choices the 5 ms
+line made there.
 
 Each is timed against a reference: the first program of the same signature (inputs,
 outputs, frozen set — what equivalent graphs share) that this object priced. A
@@ -57,9 +57,9 @@ class Programs:
     the model's `cache`, the time spent on them on its `watch`."""
 
     def __init__(self, cache: Cache, watch: Stopwatch, *, below: float = BELOW,
-                 repeats: int = 5, options: dict | None = None):
+                 repeats: int = 5, options: dict | None = None, platform: str = "cpu"):
         self.cache, self.watch, self.below = cache, watch, below
-        self.repeats, self.options = repeats, options or {}
+        self.repeats, self.options, self.platform = repeats, options or {}, platform
         self.timed = 0          # programs timed (cache misses)
         self.references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
         self.summed: set[tuple] = set()            # signatures whose graphs are summed
@@ -85,7 +85,7 @@ class Programs:
         if sig in self.summed:
             return None
         ref = self.references.get(sig)
-        if ref is None and rough(kernels) >= self.below:
+        if ref is None and rough(kernels, self.platform) >= self.below:
             self.summed.add(sig)
             return None
         # Keyed by the graph and frozen set, not by the per-call program they make:
@@ -131,7 +131,8 @@ class Programs:
         return max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
 
 
-def rough(kernels: Iterable[Kernel]) -> float:
-    """The kernels' seconds under the fixed roofline (`analytic.DEFAULT`): how long a
-    program is, the same on any host and in any process."""
-    return sum(analytic.DEFAULT.kernel_seconds(k) for k in kernels)
+def rough(kernels: Iterable[Kernel], platform: str = "cpu") -> float:
+    """The kernels' seconds under the platform's fixed roofline (`analytic.FIXED`): how
+    long a program is, the same on any host of it and in any process."""
+    fixed = analytic.FIXED.get(platform, analytic.FIXED["gpu"])
+    return sum(fixed.kernel_seconds(k) for k in kernels)
