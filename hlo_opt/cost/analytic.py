@@ -66,8 +66,8 @@ DEFAULT = Roofline(peak_flops=5e10, bandwidth=1e10, launch=1e-6)
 LAUNCH = {"cpu": 1e-6, "gpu": 5e-6}
 # Fixed numbers per platform, the same on every host of it: how long a program is, as
 # `whole.rough` reads it to choose how to price it. A GPU's are round numbers under any
-# recent datacenter GPU's, which keep every zoo model (0.4-2.7 ms a call on an H100)
-# short there, as a 5 ms line on its timing did.
+# recent datacenter GPU's: the zoo's models read 0.13-7.8 ms under them, so all stay
+# short there (they run in 0.1-2.7 ms on an H100), as they were under a 5 ms line.
 FIXED = {"cpu": DEFAULT,
          "gpu": Roofline(peak_flops=5e12, bandwidth=1e12, launch=LAUNCH["gpu"],
                          platform="gpu")}

@@ -31,9 +31,9 @@ import jax
 from hlo_opt import deadline
 from hlo_opt.cost import analytic, measure, pairing
 from hlo_opt.cost.cache import Cache
+from hlo_opt.cost.partition import Kernel
 from hlo_opt.cost.stopwatch import Stopwatch
 from hlo_opt.frozen import split
-from hlo_opt.cost.partition import Kernel
 from hlo_opt.ir import Graph
 
 logger = logging.getLogger("hlo_opt")
