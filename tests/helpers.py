@@ -66,4 +66,5 @@ def run_kernels(graph, kernels, args) -> list:
         outs = emit.run(partition.isolate(kernel), ins)
         env.update((v, o if v not in kept else o.transpose(layouts.inverse(kept[v])))
                    for v, o in zip(outputs, outs))
+        env.update((v, env[base].reshape(v.type.shape)) for v, base in kernel.views)
     return [env[v] for v in graph.outputs]

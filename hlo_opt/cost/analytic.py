@@ -37,8 +37,9 @@ class Roofline:
         if kernel.kind == "free":
             return 0.0
         flops = sum(ops.get(n.op).flops(n) for n in kernel.nodes)
+        views = {v for v, _ in kernel.views}      # (no copy: the buffer of another)
         moved = sum(v.type.nbytes for v in kernel.inputs) + \
-            sum(v.type.nbytes for v in kernel.outputs)
+            sum(v.type.nbytes for v in kernel.outputs if v not in views)
         # Relayout copies are kernels of their own: they add, not overlap.
         copies = sum(map(_relayout_bytes, kernel.nodes)) if self.platform == "cpu" else 0
         return max(flops / self.peak_flops, moved / self.bandwidth) + \

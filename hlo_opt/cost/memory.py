@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from hlo_opt.cost import layouts
-from hlo_opt.cost.partition import BITCASTS, Kernel, links
+from hlo_opt.cost.partition import Kernel, links
 from hlo_opt.ir import Graph, Value
 
 MMAP_LINE = 32 << 20        # bytes: glibc's highest mmap threshold on 64-bit Linux
@@ -113,7 +113,10 @@ def _peak(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) 
 
     Graph outputs are buffers of their own; what precomputed kernels make is an argument
     of the per-call program; a `free` kernel (a bitcast) aliases what it reads, and so
-    does an output that is a bitcast of another value the kernel makes (`_bitcast_of`)."""
+    does each of a kernel's `views` the value it views. Two outputs that view one
+    value are one buffer: NASNet-A's concatenate read by two 1x1 convs as dots, each
+    through a reshape of its own, was counted twice (7.7 MiB), and priced a program whose
+    temp buffer XLA made 24.5 MiB at 38.3, past the line."""
     outputs = set(graph.outputs)
     buffer: dict[Value, Value] = {}        # value -> the value whose buffer holds it
     born: dict[Value, int] = {}
@@ -121,17 +124,15 @@ def _peak(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) 
     for i, (kernel, pre) in enumerate(zip(kernels, precomputed)):
         for v in kernel.inputs:
             last[buffer.get(v, v)] = i
-        held: dict[Value, Value] = {}      # what a bitcast output views -> its buffer
+        views = dict(kernel.views)
         for v in kernel.outputs:
             if kernel.kind == "free" and kernel.inputs:
                 buffer[v] = buffer.get(kernel.inputs[0], kernel.inputs[0])
+            elif v in views and not pre:
+                buffer[v] = buffer.get(views[v], views[v])
             elif not pre and v not in outputs:
-                viewed = _bitcast_of(v, kernel)
-                if viewed in held:
-                    buffer[v] = held[viewed]
-                else:
-                    buffer[v] = held[viewed] = v
-                    born[v] = i
+                buffer[v] = v
+                born[v] = i
     made, freed = [0] * len(kernels), [0] * len(kernels)
     for b, i in born.items():
         made[i] += b.type.nbytes
@@ -143,19 +144,6 @@ def _peak(graph: Graph, kernels: Sequence[Kernel], precomputed: Sequence[bool]) 
         peak = max(peak, live + max(0, _inner(kernel) - freed[i]))
         live -= freed[i]
     return peak
-
-
-def _bitcast_of(value: Value, kernel: Kernel) -> Value:
-    """The value inside the kernel that `value` views through bitcasts (`BITCASTS`:
-    reshapes, squeezes; itself if none).
-    Two outputs that view one value are one buffer: NASNet-A's concatenate read by two
-    1x1 convs as dots, each through a reshape of its own, was counted twice (7.7 MiB),
-    and priced a program whose temp buffer XLA made 24.5 MiB at 38.3, past the line."""
-    inside = set(kernel.nodes) if value.node.op in BITCASTS else ()   # (most are not)
-    while value.node in inside and value.node.op in BITCASTS \
-            and value.node.inputs[0].node in inside:
-        value = value.node.inputs[0]
-    return value
 
 
 def _inner(kernel: Kernel) -> int:

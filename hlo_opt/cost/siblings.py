@@ -51,4 +51,5 @@ def merge(members: Sequence[Kernel]) -> Kernel:
                   tuple(dict.fromkeys(v for k in members for v in k.inputs)),
                   tuple(v for k in members for v in k.outputs), "contract",
                   tuple(dict.fromkeys(r for k in members for r in k.relaid)),
-                  tuple(dict.fromkeys(v for k in members for v in k.cold)))
+                  tuple(dict.fromkeys(v for k in members for v in k.cold)),
+                  tuple(p for k in members for p in k.views))
