@@ -71,6 +71,7 @@ import bench
 import models
 import variants as V
 from hlo_opt import capture, compile_options, cost, pipeline
+from hlo_opt.cost.cache import write_json
 from models import layers
 from worker import Worker, captured, faults_per_call, program
 
@@ -648,9 +649,7 @@ def keep(records: list[dict], out: str) -> None:
     stopped after five of eight models, as one at eabf93e was, kept only its log.
     Written to a temp file and renamed, so never torn."""
     os.makedirs(out, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as f:
-        json.dump(report(records, []), f, indent=1)
-    os.replace(f.name, Path(out) / PARTIAL)
+    write_json(Path(out) / PARTIAL, report(records, []), indent=1)
 
 
 def run(cache_dir: str) -> None:

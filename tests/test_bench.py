@@ -417,6 +417,18 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
         cost_fidelity.pooled([renamed, scored])
 
 
+def test_cost_fidelity_keeps_the_models_done_so_far_whole(tmp_path):
+    """`keep`: the partial report, rewritten after each model, is the latest whole
+    file in the report's shape, with no temp file left beside it."""
+    import cost_fidelity
+    out = tmp_path / "run"
+    cost_fidelity.keep([{"model": "a"}], str(out))
+    cost_fidelity.keep([{"model": "a"}, {"model": "b"}], str(out))
+    kept = json.loads((out / cost_fidelity.PARTIAL).read_text())
+    assert [m["model"] for m in kept["models"]] == ["a", "b"] and kept["sign_cases"] == []
+    assert [p.name for p in out.iterdir()] == [cost_fidelity.PARTIAL]
+
+
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,

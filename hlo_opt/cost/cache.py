@@ -111,14 +111,21 @@ class Cache:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _replace(self, data: dict) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=0, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_json(self.path, data, indent=0, sort_keys=True)
+
+
+def write_json(path: str | os.PathLike, data, **dump) -> None:
+    """`data` as JSON at `path`, never torn: written to a temp file beside it, synced,
+    and renamed over it (a reader sees the old file or the new, whole)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, **dump)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
