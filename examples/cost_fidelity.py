@@ -627,7 +627,7 @@ def apart(name: str, cache_dir: str) -> dict:
     process holds after other models (malloc's free chunks, among others) is not what a
     user's program starts with. Its record, read from the JSON it writes."""
     passed = ["variants", "rounds", "rounds_within", "options", "small", "variants_apart",
-              "variant_processes"]
+              "variant_processes", "agree"]
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, str(Path(__file__).resolve()), f"--models={name}",
                    "--nocases", "--noapart", f"--cache_dir={cache_dir}", f"--out={out}",
