@@ -429,6 +429,7 @@ def test_cost_fidelity_keeps_the_models_done_so_far_whole(tmp_path):
     assert [p.name for p in out.iterdir()] == [cost_fidelity.PARTIAL]
 
 
+@pytest.mark.slow        # 125-189 s on 2 cores, an example script end to end as the others
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,
