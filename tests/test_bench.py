@@ -433,10 +433,10 @@ def test_cost_fidelity_keeps_the_models_done_so_far_whole(tmp_path):
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
     the run's record holds both models, with the variants `variants.py` makes for each,
-    timed in the two sets of processes asked for (not the default three; `--agree=0`
-    asks no more: more sets where halves disagree are
-    `test_more_sets_are_timed_where_the_first_sets_halves_disagree`'s, and asked here
-    took this test to 189 s of CI's 1572), and the pages each faulted a call."""
+    timed in the two sets of processes asked for (not the default three), no more under
+    `--agree=0` (more sets where halves disagree:
+    `test_more_sets_are_timed_where_the_first_sets_halves_disagree`), and the pages each
+    faulted a call."""
     result = _run("examples/cost_fidelity.py", "--small", "--models=sru,bert",
                   "--variants=3", "--rounds=2", "--rounds_within=1", "--nocases",
                   "--variant_processes=2", "--agree=0",

@@ -88,7 +88,8 @@ class Cache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._locked():
                 merged = {**self._read(warn=False), **self._dirty}
-                self._replace({"header": self.header, "entries": merged})
+                write_json(self.path, {"header": self.header, "entries": merged},
+                           indent=0, sort_keys=True)
         except OSError as err:
             if not self._write_failed:
                 logger.warning("hlo_opt: cannot write cache %s (%s); keeping it in "
@@ -109,9 +110,6 @@ class Cache:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _replace(self, data: dict) -> None:
-        write_json(self.path, data, indent=0, sort_keys=True)
 
 
 def write_json(path: str | os.PathLike, data, **dump) -> None:
