@@ -622,17 +622,30 @@ def markdown(records, cases, env) -> str:
     return "\n".join(lines) + "\n"
 
 
+# This module's flags a model's process does not take from the run: `apart` sets them
+# itself, or they say what the run does, not how a model is measured. Every other flag
+# of the module is handed on, so a new measurement flag cannot be left behind, as
+# `--agree` was until 1c02104; a new mode flag left off this set fails the model's
+# process loudly.
+NOT_PASSED = {"models", "cases", "out", "readme", "cache_dir", "rescore", "pooled", "apart"}
+
+
+def child_command(name: str, cache_dir: str, out: str) -> list[str]:
+    """The command line of `apart`'s process for model `name`: this run's measurement
+    flags, and `--small` (the model's configuration, a flag of `bench`)."""
+    own = [f.name for f in FLAGS.get_flags_for_module(sys.modules[__name__])]
+    passed = sorted({*own, "small"} - NOT_PASSED)
+    return [sys.executable, str(Path(__file__).resolve()), f"--models={name}",
+            "--nocases", "--noapart", f"--cache_dir={cache_dir}", f"--out={out}",
+            *(f"--{f}={FLAGS[f].value}" for f in passed)]
+
+
 def apart(name: str, cache_dir: str) -> dict:
     """`fidelity(name)` run in a fresh Python process with this run's flags: what a
     process holds after other models (malloc's free chunks, among others) is not what a
     user's program starts with. Its record, read from the JSON it writes."""
-    passed = ["variants", "rounds", "rounds_within", "options", "small", "variants_apart",
-              "variant_processes", "agree"]
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, str(Path(__file__).resolve()), f"--models={name}",
-                   "--nocases", "--noapart", f"--cache_dir={cache_dir}", f"--out={out}",
-                   *(f"--{f}={FLAGS[f].value}" for f in passed)]
-        subprocess.run(command, check=True)
+        subprocess.run(child_command(name, cache_dir, out), check=True)
         return json.loads((Path(out) / "cost_fidelity.json").read_text())["models"][0]
 
 

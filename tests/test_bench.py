@@ -429,6 +429,36 @@ def test_cost_fidelity_keeps_the_models_done_so_far_whole(tmp_path):
     assert [p.name for p in out.iterdir()] == [cost_fidelity.PARTIAL]
 
 
+def test_a_models_process_is_handed_every_measurement_flag_of_the_run():
+    """`child_command`: parsed as the model's process parses it, the command holds the
+    run's value of every flag of the script but those `NOT_PASSED` names (`--agree` was
+    left behind until 1c02104), and the model, cache and output it is given. A flag added
+    to the script fails here until it is set below or named in `NOT_PASSED`."""
+    from absl.testing import flagsaver
+    import cost_fidelity
+    flags_ = cost_fidelity.FLAGS
+    parsed = flags_.is_parsed()
+    if not parsed:
+        flags_(["cost_fidelity"])
+    run = dict(small=True, variants=5, rounds=7, rounds_within=2.5, options="defaults",
+               variants_apart=False, variant_processes=4, agree=0.5)
+    own = {f.name for f in flags_.get_flags_for_module(cost_fidelity)}
+    assert own - cost_fidelity.NOT_PASSED == set(run) - {"small"}
+    try:
+        with flagsaver.flagsaver(models=["sru", "bert"], cases=True, readme=True, **run):
+            command = cost_fidelity.child_command("bert", "/c", "/o")
+            flags_.unparse_flags()                      # the child starts from defaults
+            flags_(command[1:])
+            child = {f: flags_[f].value for f in [*run, "models", "cases", "readme",
+                                                   "apart", "cache_dir", "out"]}
+    finally:
+        flags_.unparse_flags()
+        if parsed:              # as the other tests found them
+            flags_(["cost_fidelity"])
+    assert child == {**run, "models": ["bert"], "cases": False, "readme": False,
+                     "apart": False, "cache_dir": "/c", "out": "/o"}
+
+
 @pytest.mark.slow        # 125-189 s on 2 cores, an example script end to end as the others
 def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
     """The script end to end, each model priced and timed apart (`--apart`, the default):
