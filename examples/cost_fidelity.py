@@ -75,11 +75,16 @@ from hlo_opt.cost.cache import write_json
 from models import layers
 from worker import Worker, captured, faults_per_call, program
 
+CASE_ROUNDS = 15      # rounds per sign case at least: 12 of 15 on one side decide it (p 0.035)
+CASE_WITHIN = 15.0    # seconds of a sign case's rounds, more rounds while they fit
+TURN = 0.1            # seconds a program runs at its turn, its least call the sample (`bench.least_call`)
+MORE = 15             # rounds at most, times those asked, while they fit in the time given
+
 flags.DEFINE_list("models", list(models.NAMES), "Models to run.")
 flags.DEFINE_integer("variants", 24, "Variants per model (the original included).")
 flags.DEFINE_integer("rounds", 9, "Round-robin timing rounds at least (a sign test needs 6 "
                      "or more).")
-flags.DEFINE_float("rounds_within", 180.0, "More rounds, up to three times --rounds, while a "
+flags.DEFINE_float("rounds_within", 180.0, f"More rounds, up to {MORE} times --rounds, while a "
                    "model's rounds take at most this many seconds (`round_robin`).")
 flags.DEFINE_bool("cases", True, "Also run the sign cases.")
 flags.DEFINE_string("out", "results", "Directory for cost_fidelity.json and .md; while a "
@@ -120,8 +125,6 @@ flags.DEFINE_float("agree", 0.9, "With --variants_apart, where the measurement's
                    "for none.")
 FLAGS = flags.FLAGS
 
-CASE_ROUNDS = 15      # rounds per sign case: 12 of 15 on one side decide it (p 0.035)
-TURN = 0.5            # seconds a program runs at its turn, its least call the sample (`bench.least_call`)
 
 def round_robin(programs, rounds: int, within: float = 0.0
                 ) -> tuple[list[float], list[list[float]]]:
@@ -138,15 +141,26 @@ def round_robin(programs, rounds: int, within: float = 0.0
     0.93 (0.45, 0.41): the kernels are priced by their least samples, and the measurement
     now reads the same thing (16 rounds each, AMD host, `docs/history.md`).
 
-    At least `rounds`, then more, up to three times as many, while they fit in `within`
-    seconds: a round of SqueezeNet's 24 variants takes 12 s, one of NASNet-A's 53. Eight
+    Turns of 0.1 s, not 0.5 as until 2026-12-06: the host's speed moves in spells of a
+    second or so (one process calling NasRNN's program, the least call of each 0.25 s
+    read 4.2-7.3 ms, each such reading correlated 0.71 with the next, 0.28 with the
+    fifth, 0.08 with the tenth; AMD host), so a variant's median needs turns spread over
+    many spells. The same 24 worker processes of NasRNN timed in three blocks of 5
+    rounds of 0.5 s turns and three of 25 rounds of 0.1 s turns, alternating, each block
+    a minute: each block's medians ranked the variants against another block's at
+    0.40-0.91 (mean 0.57) with the long turns and 0.83-0.93 (0.89) with the short; SRU's
+    0.24-0.79 (0.45) and 0.86-0.98 (0.90) (`docs/history.md`).
+
+    At least `rounds`, then more, up to `MORE` times as many, while they fit in `within`
+    seconds: a round of SqueezeNet's 24 variants took 12 s in 0.5 s turns, one of
+    NASNet-A's 53 (two calls a turn, however short the turn). Eight
     fresh pricings of SqueezeNet's variants ranked them against a full run's 9 rounds
     at 0.81-0.91 (median 0.84), and against the 27 rounds of a run of its own at
     0.86-0.95 (0.94): there the measurement, not the model, held the Spearman down
     (one run of each; `docs/history.md`)."""
     timing = bench.interleaved({i: functools.partial(fn, *args)
                                 for i, (fn, args) in enumerate(programs)}, (), rounds,
-                               settle=TURN, least=True, within=within, most=3 * rounds)
+                               settle=TURN, least=True, within=within, most=MORE * rounds)
     return [timing["ms"][i] / 1e3 for i in range(len(programs))], ratios_of(timing)
 
 
@@ -217,7 +231,7 @@ def apart_round_robin(name: str, found, options) -> tuple[list, list, list, int]
                            for i in order[pair:pair + 2]}
                 workers |= {i: w.ready() for i, w in started.items()}
             got = bench.rounds(lambda i: workers[i].turn(TURN), list(range(len(workers))),
-                               each, within=FLAGS.rounds_within / sets, most=3 * each)
+                               each, within=FLAGS.rounds_within / sets, most=MORE * each)
             for i, s in got.items():
                 samples[i] += s
             per_set.append(got)
@@ -576,7 +590,8 @@ def _case(label, paper, graphs, frozen_inputs, leaves, model) -> dict:
     predicted = [model.cost(g, frozen_inputs).total for g in graphs]
     timing = bench.interleaved({i: functools.partial(fn, *a) for i, (fn, a) in enumerate(
         program(g, frozen_inputs, x) for g, x in zip(graphs, leaves))}, (),
-        max(FLAGS.rounds, CASE_ROUNDS), settle=TURN, least=True)
+        max(FLAGS.rounds, CASE_ROUNDS), settle=TURN, least=True, within=CASE_WITHIN,
+        most=MORE * max(FLAGS.rounds, CASE_ROUNDS))
     pred = predicted[0] / predicted[1]
     ratio = timing["speedup"][1]             # per-round ratios, median and spread
     sign = bench.sign_of(ratio["ratios"])
