@@ -429,32 +429,37 @@ def test_cost_fidelity_keeps_the_models_done_so_far_whole(tmp_path):
     assert [p.name for p in out.iterdir()] == [cost_fidelity.PARTIAL]
 
 
-def test_a_models_process_is_handed_every_measurement_flag_of_the_run():
+@pytest.fixture
+def fidelity():
+    """`cost_fidelity`, its flags parsed (at their defaults) for the test and left as
+    the test found them."""
+    import cost_fidelity
+    parsed = cost_fidelity.FLAGS.is_parsed()
+    if not parsed:
+        cost_fidelity.FLAGS(["cost_fidelity"])
+    yield cost_fidelity
+    cost_fidelity.FLAGS.unparse_flags()
+    if parsed:
+        cost_fidelity.FLAGS(["cost_fidelity"])
+
+
+def test_a_models_process_is_handed_every_measurement_flag_of_the_run(fidelity):
     """`child_command`: parsed as the model's process parses it, the command holds the
     run's value of every flag of the script but those `NOT_PASSED` names (`--agree` was
     left behind until 1c02104), and the model, cache and output it is given. A flag added
     to the script fails here until it is set below or named in `NOT_PASSED`."""
     from absl.testing import flagsaver
-    import cost_fidelity
-    flags_ = cost_fidelity.FLAGS
-    parsed = flags_.is_parsed()
-    if not parsed:
-        flags_(["cost_fidelity"])
+    cost_fidelity, flags_ = fidelity, fidelity.FLAGS
     run = dict(small=True, variants=5, rounds=7, rounds_within=2.5, options="defaults",
                variants_apart=False, variant_processes=4, agree=0.5)
     own = {f.name for f in flags_.get_flags_for_module(cost_fidelity)}
     assert own - cost_fidelity.NOT_PASSED == set(run) - {"small"}
-    try:
-        with flagsaver.flagsaver(models=["sru", "bert"], cases=True, readme=True, **run):
-            command = cost_fidelity.child_command("bert", "/c", "/o")
-            flags_.unparse_flags()                      # the child starts from defaults
-            flags_(command[1:])
-            child = {f: flags_[f].value for f in [*run, "models", "cases", "readme",
-                                                   "apart", "cache_dir", "out"]}
-    finally:
-        flags_.unparse_flags()
-        if parsed:              # as the other tests found them
-            flags_(["cost_fidelity"])
+    with flagsaver.flagsaver(models=["sru", "bert"], cases=True, readme=True, **run):
+        command = cost_fidelity.child_command("bert", "/c", "/o")
+        flags_.unparse_flags()                      # the child starts from defaults
+        flags_(command[1:])
+        child = {f: flags_[f].value for f in [*run, "models", "cases", "readme",
+                                               "apart", "cache_dir", "out"]}
     assert child == {**run, "models": ["bert"], "cases": False, "readme": False,
                      "apart": False, "cache_dir": "/c", "out": "/o"}
 
@@ -525,17 +530,14 @@ def test_a_measurement_whose_halves_disagree_gets_the_sets_spearman_brown_asks()
     assert cost_fidelity.sets_to_agree(0.2, 3, 0.0, 9) == 3
 
 
-def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch):
+def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch, fidelity):
     """`apart_round_robin` takes `sets_to_agree`'s count once, after the first sets:
     halves at 0.5 after one set ask 9 times the rounds, capped at three times the sets.
     (6a953f5 reused the first sets' name for the loop over workers, the count was never
     taken, and a full run timed BERT in three sets at halves 0.85.)"""
     from absl.testing import flagsaver
-    import cost_fidelity
     import variants
-    parsed = cost_fidelity.FLAGS.is_parsed()
-    if not parsed:
-        cost_fidelity.FLAGS(["cost_fidelity"])
+    cost_fidelity = fidelity
     asked, built = [], []
     monkeypatch.setattr(cost_fidelity, "split_half", lambda r: asked.append(r) or 0.5)
 
@@ -550,15 +552,11 @@ def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch):
             return super().turn(seconds) + 3600 * self.index
 
     monkeypatch.setattr(cost_fidelity, "Worker", Tagged)
-    try:
-        with flagsaver.flagsaver(small=True, variants=2, variant_processes=1, rounds=1,
-                                 rounds_within=1.0, agree=0.9):
-            graph, _, fixed = cost_fidelity.captured("sru", True)
-            found = variants.variants(graph, 2, fixed=fixed)
-            measured, ratios, _, sets = cost_fidelity.apart_round_robin("sru", found, {})
-    finally:
-        if not parsed:          # as the other tests found them
-            cost_fidelity.FLAGS.unparse_flags()
+    with flagsaver.flagsaver(small=True, variants=2, variant_processes=1, rounds=1,
+                             rounds_within=1.0, agree=0.9):
+        graph, _, fixed = cost_fidelity.captured("sru", True)
+        found = variants.variants(graph, 2, fixed=fixed)
+        measured, ratios, _, sets = cost_fidelity.apart_round_robin("sru", found, {})
     assert sets == 3 and len(asked) == 1
     assert len(measured) == len(found) and all(len(r) >= 3 for r in ratios)
     # each set built in its own order (`build_order`), every turn still its variant's
@@ -596,30 +594,23 @@ def test_sets_of_processes_that_order_the_variants_apart_are_read_as_disagreeing
     assert math.isnan(cost_fidelity.across_sets(alike[:1]))
 
 
-def test_a_fidelity_run_keeps_each_model_done_when_a_later_one_fails(tmp_path):
+def test_a_fidelity_run_keeps_each_model_done_when_a_later_one_fails(tmp_path, fidelity):
     """`run` writes the models done so far after each one (`keep`): a run that stops
     partway keeps them in the report's shape; one that ends leaves only the report."""
     from absl.testing import flagsaver
-    import cost_fidelity
-    parsed = cost_fidelity.FLAGS.is_parsed()
-    if not parsed:
-        cost_fidelity.FLAGS(["cost_fidelity"])
+    cost_fidelity = fidelity
     out, partial = tmp_path / "out", tmp_path / "out" / cost_fidelity.PARTIAL
     quick = dict(small=True, variants=2, apart=False, variants_apart=False, rounds=2,
                  rounds_within=0.0, cases=False, readme=False, out=str(out))
-    try:
-        with flagsaver.flagsaver(models=["sru", "no_such_model"], **quick):
-            with pytest.raises(ValueError, match="no_such_model"):
-                cost_fidelity.run(str(tmp_path / "cache"))
-        kept = json.loads(partial.read_text())
-        assert [m["model"] for m in kept["models"]] == ["sru"]
-        assert len(kept["models"][0]["variants"]) == 2 and kept["sign_cases"] == []
-        assert not (out / "cost_fidelity.json").exists()
-        with flagsaver.flagsaver(models=["sru"], **quick):
+    with flagsaver.flagsaver(models=["sru", "no_such_model"], **quick):
+        with pytest.raises(ValueError, match="no_such_model"):
             cost_fidelity.run(str(tmp_path / "cache"))
-    finally:
-        if not parsed:          # as the other tests found them
-            cost_fidelity.FLAGS.unparse_flags()
+    kept = json.loads(partial.read_text())
+    assert [m["model"] for m in kept["models"]] == ["sru"]
+    assert len(kept["models"][0]["variants"]) == 2 and kept["sign_cases"] == []
+    assert not (out / "cost_fidelity.json").exists()
+    with flagsaver.flagsaver(models=["sru"], **quick):
+        cost_fidelity.run(str(tmp_path / "cache"))
     assert not partial.exists()
     report = json.loads((out / "cost_fidelity.json").read_text())
     assert [m["model"] for m in report["models"]] == ["sru"]
