@@ -12,7 +12,7 @@ import pytest
 from jax import lax
 
 from hlo_opt import capture, cost, deadline, emit
-from hlo_opt.cost import analytic, pairing, partition as part
+from hlo_opt.cost import analytic, pairing, partition as part, residency
 from hlo_opt.cost import anchors as cost_anchors
 from hlo_opt.cost import model as cost_model
 from hlo_opt.cost import whole as cost_whole
@@ -268,6 +268,18 @@ def test_kernel_timings_of_another_host_cpu_are_not_reused(tmp_path, monkeypatch
     assert there != here and there["device"] == here["device"]
     assert Cache("kernels", there, tmp_path).get("k") is None
     assert Cache("kernels", here, tmp_path).get("k") == 1.0
+
+
+def test_two_hosts_of_one_processor_name_with_other_caches_do_not_share_timings(monkeypatch):
+    """Two VMs both named "AMD EPYC", one with 8 MiB of L3 and one with 32: the cache's
+    size decides which operands are timed cold, so it is part of the header."""
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("a CPU's header; an accelerator has its own device kind")
+    monkeypatch.setattr(residency, "last_level_cache", lambda: 8 << 20)
+    small = cost_model.device_header()
+    monkeypatch.setattr(residency, "last_level_cache", lambda: 32 << 20)
+    large = cost_model.device_header()
+    assert small != large and small["device"] == large["device"]
 
 
 def _writer(directory, worker, count):

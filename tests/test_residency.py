@@ -88,3 +88,30 @@ def test_rotated_copies_compute_the_same_result(llc, monkeypatch):
     want = fn(*args)[0]
     for _ in range(measure.MAX_ROTATION + 1):
         np.testing.assert_array_equal(jax.block_until_ready(rot(*none))[0], want)
+
+
+def _sysfs(root, sizes: dict[str, str]) -> None:
+    """A fake `/sys/devices/system/cpu/cpu0/cache`: an `indexN/size` per entry, and the
+    `uevent` file Linux keeps beside them."""
+    for index, size in sizes.items():
+        (root / index).mkdir()
+        (root / index / "size").write_text(size + "\n")
+    (root / "uevent").write_text("")
+
+
+@pytest.mark.parametrize("sizes, expected", [
+    ({"index0": "32K", "index1": "64K", "index2": "512K", "index3": "8192K"}, 8 << 20),
+    ({"index0": "48K", "index2": "2048K", "index3": "36M"}, 36 << 20),
+    ({"index0": "32K", "index3": "garbled"}, 32 << 10),
+    ({}, residency.DEFAULT_LLC),
+])
+def test_the_last_level_cache_is_read_past_the_files_beside_the_index_folders(
+        tmp_path, monkeypatch, sizes, expected):
+    """The directory's `uevent` file once made every host read the 32 MiB default."""
+    _sysfs(tmp_path, sizes)
+    monkeypatch.setattr(residency, "SYSFS_CACHE", str(tmp_path))
+    residency.last_level_cache.cache_clear()
+    try:
+        assert residency.last_level_cache() == expected
+    finally:
+        residency.last_level_cache.cache_clear()

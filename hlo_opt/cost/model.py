@@ -69,26 +69,40 @@ class Cost:
 
 def device_header() -> dict:
     """What a timing is valid for. On a CPU jax names the device "cpu" whatever the
-    processor, so the host's processor and core count are part of it: a cache directory
-    that outlives its machine (a home directory, a VM moved to another host, as this
-    project's was from an AMD to an Intel host) must not price kernels by another's."""
+    processor, so the host's processor, core count and last-level cache are part of it:
+    a cache directory that outlives its machine (a home directory, a VM moved to another
+    host, as this project's was from an AMD to an Intel host, and between two hosts that
+    both call themselves "AMD EPYC", one with 32 MiB of L3 and one with 8) must not price
+    kernels by another's. The cache's size also decides which operands the model times
+    cold (`residency.py`)."""
     device = jax.devices()[0]
     header = {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__}
     if device.platform == "cpu":
-        header["host"] = f"{cpu_model()} x{os.cpu_count()}"
+        info = cpuinfo()
+        family = " ".join(f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info)
+        header["host"] = (f"{cpu_model()} x{os.cpu_count()}" + (f" ({family})" if family else "")
+                          + f", LLC {residency.last_level_cache() >> 10} KiB")
     return header
+
+
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields in Linux's /proc/cpuinfo (empty elsewhere)."""
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return info
 
 
 def cpu_model() -> str | None:
     """The host processor's name (Linux's /proc/cpuinfo, else `platform.processor`)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
+    return cpuinfo().get("model name") or platform.processor() or None
 
 
 class CostModel:
