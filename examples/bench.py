@@ -31,7 +31,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
 import hlo_opt
@@ -459,6 +459,19 @@ def flag_config() -> dict:
     return dict(batch=FLAGS.batch, layout=FLAGS.layout, dtype=FLAGS.dtype, small=FLAGS.small,
                 train=FLAGS.train, repeats=FLAGS.repeats, search=FLAGS.search,
                 time_limit=FLAGS.time_limit, seed=FLAGS.seed)
+
+
+def refuse_unused(*used: str) -> None:
+    """Stop where the command line sets a flag of this module (they are every script's,
+    as the scripts import it) that the running script does not read: a script that
+    took `--dtype=bfloat16` and timed float32 would report the wrong configuration."""
+    given = sorted(f.name for f in FLAGS.get_flags_for_module(sys.modules[__name__])
+                   if f.present and f.name not in used)
+    if given:
+        script = os.path.basename(sys.argv[0]) if sys.argv else "this script"
+        raise app.UsageError(
+            f"{script} does not take {', '.join('--' + g for g in given)}: flags of "
+            f"bench.py it does not read (it reads {', '.join('--' + u for u in used) or 'none'})")
 
 
 def quiet_logs() -> None:

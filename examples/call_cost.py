@@ -103,6 +103,7 @@ def table(records: list[dict]) -> str:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.refuse_unused("repeats", "seed", "small", "time_limit")
     bench.quiet_logs()
     records = []
     for name in FLAGS.models:

@@ -701,6 +701,7 @@ def run(cache_dir: str) -> None:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.refuse_unused("small")
     bench.quiet_logs()
     if FLAGS.pooled:
         runs = [json.loads(Path(p).read_text())["models"] for p in FLAGS.pooled]

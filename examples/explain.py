@@ -66,7 +66,8 @@ def draw_with_networkx(report, path: str) -> None:
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
     layout = FLAGS.layout if FLAGS.model in models.CNNS else None
     fn, params, inputs = models.build(FLAGS.model, layout=layout, small=FLAGS.small)
     ours = hlo_opt.jit(fn, frozen_argnums=(0,), cost=FLAGS.cost, time_limit=FLAGS.time_limit)

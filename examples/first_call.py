@@ -65,7 +65,9 @@ def outcome(record: dict) -> str:
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.refuse_unused("batch", "layout")
     bench.quiet_logs()
     rows = ["| model | first call cold (s) | warm (s) | jax.jit first call (s) | warm run | "
             "cold outcome |", "| --- | --- | --- | --- | --- | --- |"]

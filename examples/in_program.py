@@ -99,6 +99,7 @@ def kernel_prices(priced) -> dict[tuple, list[float]]:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.refuse_unused("small")
     bench.quiet_logs()
     fn, params, inputs = models.build(FLAGS.model, small=FLAGS.small)
     leaves = jax.tree.leaves((params, *inputs))

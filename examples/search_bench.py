@@ -402,6 +402,7 @@ def markdown(rows, series, exact, env) -> str:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    bench.refuse_unused("small", "time_limit")
     bench.quiet_logs()
     model = cost.make(FLAGS.cost)
     rows = []

@@ -614,3 +614,23 @@ def test_a_fidelity_run_keeps_each_model_done_when_a_later_one_fails(tmp_path, f
     assert not partial.exists()
     report = json.loads((out / "cost_fidelity.json").read_text())
     assert [m["model"] for m in report["models"]] == ["sru"]
+
+
+def test_a_script_refuses_the_bench_flags_it_does_not_read(fidelity):
+    """`bench.refuse_unused`: every script imports bench's flags; one that would ignore
+    `--dtype=bfloat16` and time float32 stops and names the flag instead."""
+    from absl import app as absl_app
+    flags_ = fidelity.FLAGS
+    flags_.unparse_flags()
+    flags_(["cost_fidelity", "--small", "--dtype=bfloat16", "--seed=3"])
+    with pytest.raises(absl_app.UsageError, match="--dtype, --seed") as refused:
+        bench.refuse_unused("small")
+    assert "--small" not in str(refused.value).split("(")[0]
+    bench.refuse_unused("small", "dtype", "seed")        # the flags it reads pass
+
+
+def test_cost_fidelity_stops_on_a_layout_it_would_not_time():
+    result = _run("examples/cost_fidelity.py", "--layout=NHWC", "--models=sru",
+                  "--nocases", "--out=/nonexistent", timeout=120)
+    assert result.returncode != 0 and "does not take --layout" in result.stderr
+    assert not os.path.exists("/nonexistent")
