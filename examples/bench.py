@@ -40,7 +40,7 @@ from hlo_opt import compile_options
 from hlo_opt.check import agreement, differs, tolerance
 from hlo_opt.cost.measure import least_call, per_call
 from hlo_opt.cost.pairing import settle as settle_calls
-from hlo_opt.cost.model import cpu_model
+from hlo_opt.cost.model import cpu_model, device_header
 
 flags.DEFINE_integer("batch", 1, "Batch size.")
 flags.DEFINE_enum("layout", "NCHW", ["NCHW", "NHWC"], "Layout of the CNNs (others ignore it).")
@@ -65,6 +65,7 @@ def environment() -> dict:
     return {"platform": device.platform, "device_kind": device.device_kind,
             "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
             "cpu_model": cpu_model(),
+            "host": device_header().get("host"),  # family, cache size: two "AMD EPYC" apart
             "machine": platform.machine(), "python": platform.python_version(),
             "jax": jax.__version__, "hlo_opt": getattr(hlo_opt, "__version__", "dev"),
             "enzyme_ad": _version("enzyme-ad"),
