@@ -71,7 +71,8 @@ def chart(records: list[dict], env: dict, path: str) -> None:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    bench.refuse_unused("batch", "layout", "dtype", "repeats", "search", "time_limit", "small", "train", "seed")
+    bench.refuse_unused("batch", "layout", "dtype", "repeats", "search", "time_limit", "small",
+                        "train", "seed")        # its records are under --out, not --json
     bench.quiet_logs()
     unknown = set(FLAGS.models) - set(models.NAMES)
     if unknown:

@@ -71,15 +71,16 @@ def device_header() -> dict:
     """What a timing is valid for. On a CPU jax names the device "cpu" whatever the
     processor, so the host's processor, core count and last-level cache are part of it:
     a cache directory that outlives its machine (a home directory, a VM moved to another
-    host, as this project's was from an AMD to an Intel host, and between two hosts that
-    both call themselves "AMD EPYC", one with 32 MiB of L3 and one with 8) must not price
-    kernels by another's. The cache's size also decides which operands the model times
-    cold (`residency.py`)."""
+    host, as this project's was from an AMD to an Intel host; two VMs that both call
+    themselves "AMD EPYC" need not share a cache size) must not price kernels by
+    another's. The cache's size also decides which operands the model times cold
+    (`residency.py`)."""
     device = jax.devices()[0]
     header = {"device": device.device_kind, "platform": device.platform, "jax": jax.__version__}
     if device.platform == "cpu":
         info = cpuinfo()
-        family = " ".join(f"{k} {info[k]}" for k in ("cpu family", "model", "stepping") if k in info)
+        family = " ".join(f"{k} {info[k]}" for k in ("cpu family", "model", "stepping")
+                          if k in info)
         header["host"] = (f"{cpu_model()} x{os.cpu_count()}" + (f" ({family})" if family else "")
                           + f", LLC {residency.last_level_cache() >> 10} KiB")
     return header
