@@ -56,6 +56,22 @@ def test_shared_input_dots_are_merged_and_agree_with_jax_jit(tmp_path):
     assert "concatenate" in report.source
 
 
+def test_int8_dots_into_int32_keep_their_wrapping_where_verify_cannot_see_it(tmp_path):
+    """x @ a + x @ b on int8 operands with int32 results, every entry 100: factored, the
+    int8 sum a + b wraps to -56 and the answer is -358,400, not 1,280,000. Verify's
+    random integers are too small to wrap, so only the rules can keep this right; with
+    measure_final off nothing else stands between the search and the answer."""
+    def f(x, a, b):
+        def dot(p, q):
+            return lax.dot_general(p, q, (((1,), (0,)), ((), ())),
+                                   preferred_element_type=jnp.int32)
+        return dot(x, a) + dot(x, b)
+    args = [jnp.full(s, 100, jnp.int8) for s in [(32, 64), (64, 64), (64, 64)]]
+    h = hlo_opt.jit(f, measure_final=False, cache_dir=str(tmp_path), **FAST)
+    assert np.array_equal(h(*args), jax.jit(f)(*args))
+    assert int(h(*args)[0, 0]) == 2 * 64 * 100 * 100
+
+
 def test_a_planted_wrong_rule_is_caught_by_verify(tmp_path, caplog):
     drop_tanh = Rule("drop-tanh", "algebra", Pat("tanh", x_), x_)     # wrong on purpose
     unchecked = hlo_opt.jit(qkv, rules=[drop_tanh], verify=False, measure_final=False,

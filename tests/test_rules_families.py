@@ -202,3 +202,82 @@ def test_bias_of_each_half_becomes_one_add_on_a_concatenated_bias():
         return a + c, b + d
     ops = rewrite("binary-before-split", f, _rand(3, 5), _rand(3, 2), _rand(3, 3))
     assert ops["add"] == 1 and ops["concatenate"] == 1
+
+
+# widening dots and convs ------------------------------------------------------------------
+
+def _dot(p, q, out):
+    return lax.dot_general(p, q, (((1,), (0,)), ((), ())), preferred_element_type=out)
+
+
+def _conv_to(p, q, out):
+    return lax.conv_general_dilated(p, q, (1, 1), "SAME", preferred_element_type=out)
+
+
+MOVE_ACROSS = [   # rule, program (its dots' and convs' output type `out`), argument shapes
+    ("dot-factor-rhs", lambda out: lambda x, a, b: _dot(x, a, out) + _dot(x, b, out),
+     [(3, 4), (4, 5), (4, 5)]),
+    ("dot-factor-lhs", lambda out: lambda x, y, a: _dot(x, a, out) + _dot(y, a, out),
+     [(3, 4), (3, 4), (4, 5)]),
+    ("dot-distribute-rhs", lambda out: lambda x, a, b: _dot(x, a + b, out),
+     [(3, 4), (4, 5), (4, 5)]),
+    ("dot-distribute-lhs", lambda out: lambda x, y, a: _dot(x + y, a, out),
+     [(3, 4), (3, 4), (4, 5)]),
+    ("dot-assoc", lambda out: lambda x, a, b: _dot(_dot(x, a, out), b, out),
+     [(3, 4), (4, 5), (5, 2)]),
+    ("dot-assoc-rev", lambda out: lambda x, a, b: _dot(x, _dot(a, b, out), out),
+     [(3, 4), (4, 5), (5, 2)]),
+    ("scalar-out-of-dot-lhs", lambda out: lambda s, x, w: _dot(s * x, w, out),
+     [(), (3, 4), (4, 5)]),
+    ("scalar-out-of-dot-rhs", lambda out: lambda s, x, w: _dot(x, s * w, out),
+     [(), (3, 4), (4, 5)]),
+    ("scalar-onto-weight", lambda out: lambda s, x, w: s.astype(out) * _dot(x, w, out),
+     [(), (3, 4), (4, 5)]),
+    ("conv-factor-kernel", lambda out: lambda x, a, b: _conv_to(x, a, out) + _conv_to(x, b, out),
+     [(1, 2, 5, 5), (3, 2, 3, 3), (3, 2, 3, 3)]),
+    ("conv-factor-input", lambda out: lambda x, y, w: _conv_to(x, w, out) + _conv_to(y, w, out),
+     [(1, 2, 5, 5), (1, 2, 5, 5), (3, 2, 3, 3)]),
+    ("conv-linear-kernel", lambda out: lambda x, a, b: _conv_to(x, a + b, out),
+     [(1, 2, 5, 5), (3, 2, 3, 3), (3, 2, 3, 3)]),
+    ("conv-linear-input", lambda out: lambda x, y, w: _conv_to(x + y, w, out),
+     [(1, 2, 5, 5), (1, 2, 5, 5), (3, 2, 3, 3)]),
+]
+
+
+@pytest.mark.parametrize("name, program, shapes", MOVE_ACROSS, ids=[c[0] for c in MOVE_ACROSS])
+def test_sums_and_scales_stay_on_their_side_of_a_widening_dot_or_conv(name, program, shapes):
+    """int8 operands into int32 results: moved across, an add or scale would wrap in
+    int8 where the original's does not (or the other way round). Within one type, int32
+    throughout, the rule applies and the result is exact, wrapping and all."""
+    def matches(operands, out):
+        args = [jnp.asarray(R.integers(-128, 128, s), operands) for s in shapes]
+        graph = capture.capture(program(out), args).graph
+        return [m for m in rules.ALL[name].matches(graph)], graph, args
+    found, _, _ = matches(jnp.int8, jnp.int32)
+    assert not found, f"{name} moved arithmetic across an int8 -> int32 {name.split('-')[0]}"
+    found, graph, args = matches(jnp.int32, jnp.int32)
+    assert found, f"{name} should apply where operands and result share a type"
+    new = rules.ALL[name].apply(graph, found[0]).check()
+    big = [a * (1 << 24) for a in args]        # products past 2^31: both sides wrap alike
+    want = jax.jit(program(jnp.int32))(*big)
+    assert np.array_equal(jax.jit(emit.to_callable(new))(*big)[0], want)
+
+
+@pytest.mark.parametrize("family", ["algebra", "conv"])
+def test_the_arithmetic_rules_are_exact_on_integers_that_wrap(family):
+    """z3 proves the identities over the reals; within one integer type they must hold
+    bit for bit, overflow and all (arithmetic modulo 2^32 is a ring). Each rule's own
+    example, on int32 arguments past 2^20 (their products wrap), at every match."""
+    rewritten = 0
+    for rule in rules.ALL.family(family):
+        fn, shapes = rule.example(0)
+        args = [jnp.asarray(R.integers(-200, 200, s) << 20, jnp.int32) for s in shapes]
+        want = jax.jit(fn)(*args)
+        graph = capture.capture(fn, args).graph
+        for m in rule.matches(graph):
+            new = rule.apply(graph, m)
+            if new is not None:
+                got = jax.jit(emit.to_callable(new.check()))(*args)
+                assert all(map(np.array_equal, got, jax.tree.leaves(want))), rule.name
+                rewritten += 1
+    assert rewritten >= len(rules.ALL.family(family))

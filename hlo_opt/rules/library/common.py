@@ -47,6 +47,22 @@ def same_type(*vals) -> Guard:
     return Guard("same-type", lambda m: len({m.type(v) for v in vals}) == 1)
 
 
+def unwidened(*pats: Pat) -> Guard:
+    """Each matched dot or conv computes in its operands' type: no
+    `preferred_element_type` wider than they are. The linearity rules move an add or a
+    scale from one side of a dot to the other, so across a widening one they move it
+    from one type into another: int8 weights summed before an int32 dot wrap where the
+    two dots' int32 sum does not (`x @ a + x @ b`, every entry 100: 1,280,000, and
+    -358,400 once factored), and bf16 ones round where the f32 sum would not. Within
+    one type the identities hold exactly for integers (arithmetic modulo 2^n) and up to
+    rounding for floats. The random arguments `verify` runs are small integers, too
+    small to wrap, so the guard, not the check, keeps these rewrites out."""
+    def test(m):
+        return all(v.type.dtype == node.types[0].dtype
+                   for node in map(m.node, pats) for v in node.inputs)
+    return Guard("unwidened", test)
+
+
 def scalar(v) -> Guard:
     return Guard("scalar", lambda m: m.shape(v) == ())
 

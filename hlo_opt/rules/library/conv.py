@@ -10,7 +10,8 @@ from jax import lax
 from hlo_opt import ops
 from hlo_opt.ir import TensorType
 from hlo_opt.rules.lang import Build, Const, Fn, Guard, Pat, Rule, RuleSet, tensors
-from hlo_opt.rules.library.common import concat, conv_axes, same_params, slice_along
+from hlo_opt.rules.library.common import (concat, conv_axes, same_params, slice_along,
+                                         unwidened)
 
 x, y, w, a, b = tensors("x y w a b")
 CONV = "conv_general_dilated"
@@ -169,19 +170,23 @@ _k1, _k2 = conv(x, a), conv(x, b)
 LINEAR = [
     Rule("conv-linear-input", "conv", _li,
          Pat("add", conv(x, w, like=_li), conv(y, w, like=_li)),
+         guards=[unwidened(_li)],
          identity="conv(x+y, w) -> conv(x,w) + conv(y,w)",
          example=lambda n: (lambda x, y, w: _same(x + y, w), [(1, 2, n + 3, 3)] * 2 + [(2, 2, 3, 3)])),
     Rule("conv-linear-kernel", "conv", _lk,
          Pat("add", conv(x, a, like=_lk), conv(x, b, like=_lk)),
+         guards=[unwidened(_lk)],
          identity="conv(x, a+b) -> conv(x,a) + conv(x,b)",
          example=lambda n: (lambda x, a, b: _same(x, a + b), [(1, 2, n + 3, 3)] + [(2, 2, 3, 3)] * 2)),
     Rule("conv-factor-input", "conv", Pat("add", _f1, _f2), conv(Pat("add", x, y), w, like=_f1),
-         guards=[same_params(_f1, _f2), Guard("same-shapes", lambda m: m.shape(x) == m.shape(y))],
+         guards=[same_params(_f1, _f2), unwidened(_f1, _f2),
+                 Guard("same-shapes", lambda m: m.shape(x) == m.shape(y))],
          identity="conv(x,w) + conv(y,w) -> conv(x+y, w)",
          example=lambda n: (lambda x, y, w: _same(x, w) + _same(y, w),
                             [(1, 2, n + 3, 3)] * 2 + [(2, 2, 3, 3)])),
     Rule("conv-factor-kernel", "conv", Pat("add", _k1, _k2), conv(x, Pat("add", a, b), like=_k1),
-         guards=[same_params(_k1, _k2), Guard("same-shapes", lambda m: m.shape(a) == m.shape(b))],
+         guards=[same_params(_k1, _k2), unwidened(_k1, _k2),
+                 Guard("same-shapes", lambda m: m.shape(a) == m.shape(b))],
          identity="conv(x,a) + conv(x,b) -> conv(x, a+b)",
          example=lambda n: (lambda x, a, b: _same(x, a) + _same(x, b),
                             [(1, 2, n + 3, 3)] + [(2, 2, 3, 3)] * 2)),
