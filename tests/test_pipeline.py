@@ -100,6 +100,26 @@ class _Nodes(cost.CostModel):
         return Cost(float(len(graph.nodes)), ())
 
 
+def test_verify_runs_on_the_callers_own_arrays_without_frozen_arguments(tmp_path):
+    """abs(x) -> x holds on verify's random integers, all in [0, 4), and on no negative
+    one: only the caller's own arrays show it wrong. Without frozen arguments the first
+    call used to be optimised inside jax's trace of it, where they are tracers."""
+    drop_abs = Rule("drop-abs", "algebra", Pat("abs", x_), x_)        # wrong on purpose
+
+    def f(x):
+        return jnp.abs(x) * 3
+    x = jnp.arange(-8, 8, dtype=jnp.int32)
+    unchecked = hlo_opt.jit(f, rules=[drop_abs], verify=False, measure_final=False,
+                            cost=_Nodes(), cache_dir=tmp_path)
+    assert not np.array_equal(unchecked(x), jax.jit(f)(x))                # it does bite
+    checked = hlo_opt.jit(f, rules=[drop_abs], measure_final=False, cost=_Nodes(),
+                          cache_dir=tmp_path)
+    assert np.array_equal(checked(x), jax.jit(f)(x))
+    report = checked.explain(x)
+    assert report.applied == {"drop-abs": 1}
+    assert report.fell_back and report.reason.startswith("verify: ")
+
+
 def pointwise(w, x):
     return lax.conv_general_dilated(x, w, (1, 1), "SAME",
                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
