@@ -84,6 +84,18 @@ def test_transformations_vmap_grad_and_outer_jit():
     assert_same(jax.jit(lambda p, x: ours(p, x) * 2)(PARAMS, X), jax.jit(lambda p, x: mlp(p, x) * 2)(PARAMS, X))
 
 
+def test_grad_runs_through_the_nodes_the_rules_built():
+    """The search moves `* 0` off the weight (`scalar-out-of-dot-rhs`), building a
+    `mul`; built without the `out_dtype` jax binds it with, its transpose raised a
+    TypeError under `grad` that `jax.jit` of the same function never raises."""
+    def f(w, x):
+        return jax.nn.relu(x @ (w * 0)).sum() + (x @ w).sum()
+    w, x = jnp.arange(16.0).reshape(4, 4) / 10, jnp.ones((2, 4))
+    ours = hlo_opt.jit(f, cost="analytic", measure_final=False)
+    assert ours.explain(w, x).applied.get("scalar-out-of-dot-rhs")
+    assert_same(jax.grad(ours)(w, x), jax.grad(jax.jit(f))(w, x))
+
+
 def test_one_optimisation_per_signature(monkeypatch):
     calls = []
     trace = capture.trace

@@ -9,13 +9,14 @@ from hlo_opt.params import Params
 from hlo_opt.ops import contractions, elementwise, reductions, special, structural  # noqa: F401
 from hlo_opt.ops.special import const_value, make_const
 from hlo_opt.ops.table import (CONTRACT, ELEMENTWISE, INDEX, LAYOUT, OPAQUE, OPS, REDUCE,
-                               SOURCE, WINDOW, OpDef, get, lookup_primitive)
+                               SOURCE, WINDOW, OpDef, bound_params, get, lookup_primitive)
 
 
 
 def make(op: str, inputs: Sequence[Value], **params) -> Node:
-    """A new `op` node on `inputs`, its output types inferred."""
-    params = Params(params)
+    """A new `op` node on `inputs`, its output types inferred; params the rule leaves
+    out are those jax's own function binds (`table.bound_params`)."""
+    params = Params({**bound_params(op), **params})
     types = tuple(v.type for v in inputs)
     return Node(op, inputs, params, _inferred(op, types, params, jax.config.jax_enable_x64))
 

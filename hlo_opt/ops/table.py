@@ -9,9 +9,11 @@ can hold the two against each other.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 from jax import lax
 from jax.extend import core as jcore
@@ -88,13 +90,36 @@ def bind_primitive(prim: jcore.Primitive):
     return emit
 
 
+@functools.lru_cache(maxsize=None)
+def bound_params(name: str) -> Params:
+    """The params jax's own `lax.<name>` binds its primitive with, read off a trace of
+    it on scalars (`mul`'s `out_dtype`, `exp`'s and `tanh`'s `accuracy`, all None):
+    what a node a rule builds takes unless the rule says otherwise (`hlo_opt.ops.make`).
+    Bound without them a node still computes, but its transpose fails under `grad`
+    (`mul`'s rule asks for `out_dtype`), and it differs in digest from the same op
+    captured from a program. Empty where lax has no plain function of that name."""
+    fn, prim = getattr(lax, name, None), getattr(lax, f"{name}_p", None)
+    if fn is None or prim is None or name not in _PLAIN_LAX_FUNCTIONS:
+        return Params()
+    for arity in (1, 2, 3):
+        for dtype in (np.float32, np.int32, np.bool_):
+            try:
+                eqns = jax.make_jaxpr(fn)(*[np.zeros((), dtype)] * arity).eqns
+            except Exception:  # noqa: BLE001 - not this arity or dtype: the next
+                continue
+            if len(eqns) == 1 and eqns[0].primitive is prim:
+                return Params(eqns[0].params)
+    return Params()
+
+
 def primitive_source(prim: jcore.Primitive):
-    """`lax.add(a, b)` where lax has a param-free function of that name that binds
-    exactly this primitive, else `lax.<name>_p.bind(a, b, k=v)`."""
+    """`lax.add(a, b)` where lax has a function of that name that binds exactly this
+    primitive with the node's params (`bound_params`), else
+    `lax.<name>_p.bind(a, b, k=v)`."""
     public = getattr(lax, prim.name, None) if prim.name in _PLAIN_LAX_FUNCTIONS else None
 
     def source(node: Node, args: Sequence[str]) -> str:
-        if public is not None and not node.params:
+        if public is not None and node.params == bound_params(prim.name):
             return f"lax.{prim.name}({', '.join(args)})"
         return call_source(f"lax.{prim.name}_p.bind", args, node.params)
     return source
