@@ -16,7 +16,8 @@ from hlo_opt.ops.table import (CONTRACT, ELEMENTWISE, INDEX, LAYOUT, OPAQUE, OPS
 def make(op: str, inputs: Sequence[Value], **params) -> Node:
     """A new `op` node on `inputs`, its output types inferred; params the rule leaves
     out are those jax's own function binds (`table.bound_params`)."""
-    params = Params({**bound_params(op), **params})
+    bound = bound_params(op)       # one object, its digest text made once: a search
+    params = Params({**bound, **params}) if params else bound   # makes thousands
     types = tuple(v.type for v in inputs)
     return Node(op, inputs, params, _inferred(op, types, params, jax.config.jax_enable_x64))
 
