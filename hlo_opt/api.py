@@ -195,7 +195,7 @@ class Optimized:
         self._outer = jax.jit(body, **jit_args)
         self._entries: dict[Any, _Entry] = {}
         self._inline = False         # every signature's program is the whole graph's
-        self._seen_only = threading.local()     # _body may not run it in `_outer` (see __call__)
+        self._seen_only = threading.local()     # _body may not run it in _outer (__call__)
         self._last: Repeat | None = None   # the signature the last frozen call ran
 
     # -- calling -----------------------------------------------------------------
@@ -271,7 +271,10 @@ class Optimized:
             frame = frame.f_back
         if frame is not None:
             caller = frame.f_locals["args"], frame.f_locals["kwargs"]
-            leaves, _, own = self._signature(*caller)
+            try:
+                leaves, _, own = self._signature(*caller)
+            except Exception:  # noqa: BLE001 - the trace's own arguments still serve
+                return args, kwargs
             if own == key and not traced(leaves):
                 return caller
         return args, kwargs
