@@ -270,8 +270,8 @@ class Optimized:
                                          frame.f_locals.get("self") is self):
             frame = frame.f_back
         if frame is not None:
-            caller = frame.f_locals["args"], frame.f_locals["kwargs"]
             try:
+                caller = frame.f_locals["args"], frame.f_locals["kwargs"]
                 leaves, _, own = self._signature(*caller)
             except Exception:  # noqa: BLE001 - the trace's own arguments still serve
                 return args, kwargs
