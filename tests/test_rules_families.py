@@ -263,24 +263,30 @@ def test_sums_and_scales_stay_on_their_side_of_a_widening_dot_or_conv(name, prog
     assert np.array_equal(jax.jit(emit.to_callable(new))(*big)[0], want)
 
 
+def every_rewrite(family, draw):
+    """(rule, its example at n=0, arguments `draw(shapes)`, the rewritten graph) at
+    every match of every rule of `family`; asserts each rule rewrote at least once."""
+    for rule in rules.ALL.family(family):
+        fn, shapes = rule.example(0)
+        args = draw(shapes)
+        graph = capture.capture(fn, args).graph
+        found = [new for new in (rule.apply(graph, m) for m in rule.matches(graph))
+                 if new is not None]
+        assert found, f"{rule.name} does not rewrite its own example"
+        for new in found:
+            yield rule, fn, args, new.check()
+
+
 @pytest.mark.parametrize("family", ["algebra", "conv"])
 def test_the_arithmetic_rules_are_exact_on_integers_that_wrap(family):
     """z3 proves the identities over the reals; within one integer type they must hold
     bit for bit, overflow and all (arithmetic modulo 2^32 is a ring). Each rule's own
     example, on int32 arguments past 2^20 (their products wrap), at every match."""
-    rewritten = 0
-    for rule in rules.ALL.family(family):
-        fn, shapes = rule.example(0)
-        args = [jnp.asarray(R.integers(-200, 200, s) << 20, jnp.int32) for s in shapes]
-        want = jax.jit(fn)(*args)
-        graph = capture.capture(fn, args).graph
-        for m in rule.matches(graph):
-            new = rule.apply(graph, m)
-            if new is not None:
-                got = jax.jit(emit.to_callable(new.check()))(*args)
-                assert all(map(np.array_equal, got, jax.tree.leaves(want))), rule.name
-                rewritten += 1
-    assert rewritten >= len(rules.ALL.family(family))
+    def wrapping(shapes):
+        return [jnp.asarray(R.integers(-200, 200, s) << 20, jnp.int32) for s in shapes]
+    for rule, fn, args, new in every_rewrite(family, wrapping):
+        got = jax.jit(emit.to_callable(new))(*args)
+        assert all(map(np.array_equal, got, jax.tree.leaves(jax.jit(fn)(*args)))), rule.name
 
 
 @pytest.mark.parametrize("family", ["algebra", "conv", "fusion"])
@@ -290,20 +296,10 @@ def test_gradients_flow_through_every_rewrite(family):
     (`jax.grad(hlo_opt.jit(f))` raised TypeError where `jax.grad(jax.jit(f))` ran).
     Each rule's own example, every match: the rewritten graph's gradients are the
     original's."""
-    rewritten = 0
-    for rule in rules.ALL.family(family):
-        fn, shapes = rule.example(0)
-        args = [_rand(*s) for s in shapes]
+    def grads(f, args):
         argnums = float_argnums(args)
-        want = jax.grad(scalar_loss(fn, args, argnums), argnums=tuple(range(len(argnums))))(
+        return jax.grad(scalar_loss(f, args, argnums), argnums=tuple(range(len(argnums))))(
             *[args[i] for i in argnums])
-        graph = capture.capture(fn, args).graph
-        for m in rule.matches(graph):
-            new = rule.apply(graph, m)
-            if new is None:
-                continue
-            got = jax.grad(scalar_loss(emit.to_callable(new.check()), args, argnums),
-                           argnums=tuple(range(len(argnums))))(*[args[i] for i in argnums])
-            assert_close(list(got), list(want), 1e-4, rule.name)
-            rewritten += 1
-    assert rewritten >= len(rules.ALL.family(family))
+    for rule, fn, args, new in every_rewrite(family, lambda shapes: [_rand(*s) for s in shapes]):
+        assert_close(list(grads(emit.to_callable(new), args)), list(grads(fn, args)), 1e-4,
+                     rule.name)
