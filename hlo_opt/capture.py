@@ -2,9 +2,10 @@
 
 One walk over a jaxpr's equations (the shape of `jax.core.eval_jaxpr`); each equation
 goes through `capture_rules[primitive name]`, or `default_rule` when none is listed.
-Nested `jit` / `closed_call` / `remat` bodies are inlined; `custom_jvp_call` and
-`custom_vjp_call` stay opaque (inlining them changes gradients) except `jax.nn.relu`,
-which becomes our `relu` op.  Effectful equations are chained in program order.
+Nested `jit` / `closed_call` bodies are inlined, and `jax.checkpoint` ones as jax lowers
+them (`remat_rule`); `custom_jvp_call` and `custom_vjp_call` stay opaque (inlining them
+changes gradients) except `jax.nn.relu`, which becomes our `relu` op.  Effectful
+equations are chained in program order.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+from jax import lax
 from jax.extend import core as jcore
 from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
 
@@ -99,6 +101,26 @@ def _inline(param: str):
     return inline_rule
 
 
+def remat_rule(walk: _Walk, eqn, args: list[Value]) -> Sequence[Value]:
+    """`jax.checkpoint`. In a backward pass (`differentiated`) jax lowers the body inline
+    behind an optimization barrier on its inputs, so that XLA does not share the
+    recomputation with the forward pass and keep its values alive; inlined behind the
+    same barrier, the body is open to the rules and the memory plan is the user's.
+    Not yet differentiated, it stays opaque: a `grad` taken outside the optimised
+    program then recomputes the body as under `jax.jit` (inlined, its intermediates
+    would be saved for the backward pass instead)."""
+    if not eqn.params.get("differentiated", False):
+        return default_rule(walk, eqn, args)
+    guard = eqn.params.get("prevent_cse", True)
+    guard = (guard,) * len(args) if isinstance(guard, bool) else guard
+    held = [a for a, g in zip(args, guard) if g]
+    if held:
+        barrier = iter(walk.node("opaque", held, Params(primitive=lax.optimization_barrier_p),
+                                 [a.type for a in held]).outputs)
+        args = [next(barrier) if g else a for a, g in zip(args, guard)]
+    return _inline("jaxpr")(walk, eqn, args)
+
+
 def _is_relu(eqn) -> bool:
     """True when this custom_jvp_call is `jax.nn.relu`: its jvp closure leads to
     exactly `jax.nn.relu.jvp` (an identity check, so a look-alike is never taken)."""
@@ -134,8 +156,8 @@ capture_rules: dict[str, Callable[[_Walk, Any, list[Value]], Sequence[Value]]] =
     "pjit": _inline("jaxpr"),
     "closed_call": _inline("call_jaxpr"),
     "core_call": _inline("call_jaxpr"),
-    "remat2": _inline("jaxpr"),
-    "checkpoint": _inline("jaxpr"),
+    "remat2": remat_rule,
+    "checkpoint": remat_rule,
     "custom_jvp_call": custom_jvp_rule,
 }
 
