@@ -150,10 +150,11 @@ class _Entry:
         return jcore.jaxpr_as_fun(self.original)(*leaves)
 
 
-def _inline(entry: _Entry) -> bool:
+def _inline(entry: _Entry, users_options: dict) -> bool:
     """Whether the signature's per-call program is the whole graph's, run by `_outer`:
-    nothing precomputed from its frozen arguments, no compile options of its own."""
-    return entry.runner is None or not (entry.runner.precomputes or entry.runner.options)
+    nothing precomputed from its frozen arguments, no compile options but the user's."""
+    return entry.runner is None or not (entry.runner.precomputes or
+                                        entry.runner.options != users_options)
 
 
 def _fallback_report(reason: str, original: Graph | None = None) -> Report:
@@ -183,6 +184,7 @@ class Optimized:
             raise ValueError(f"hlo_opt.jit({self._name}): argument(s) {sorted(both)} cannot be "
                              "both static and frozen; frozen arguments are arrays")
         self._donating = donate_argnums is not None or "donate_argnames" in (jit_kwargs or {})
+        self._xla = dict((jit_kwargs or {}).get("compiler_options") or {})   # the user's
         jit_args = dict(jit_kwargs or {}, static_argnums=static_argnums,
                         static_argnames=static_argnames, donate_argnums=donate_argnums)
         self._plain = jax.jit(fun, **jit_args)
@@ -337,7 +339,7 @@ class Optimized:
             entry = self._optimize(*self._callers(args, kwargs, key))
             if not capture.closes_over_tracers(entry.original):   # valid in this trace only
                 self._store(key, entry)
-            if getattr(self._seen_only, "on", False) and not _inline(entry):
+            if getattr(self._seen_only, "on", False) and not _inline(entry, self._xla):
                 # Its weights are computed once, outside `_outer`: `__call__` runs it.
                 # Not raised before optimising: jax's C++ dispatch never takes over a
                 # signature whose first trace raised (each call then 0.27 ms through
@@ -354,7 +356,7 @@ class Optimized:
     def _store(self, key, entry: _Entry) -> _Entry:
         self._entries[key] = entry
         self._last = None
-        self._inline = all(map(_inline, self._entries.values()))
+        self._inline = all(_inline(entry, self._xla) for entry in self._entries.values())
         return entry
 
     def _optimize(self, args, kwargs) -> _Entry:
@@ -372,7 +374,7 @@ class Optimized:
                 all(map(_concrete, leaves)) else None
             with jax.ensure_compile_time_eval():    # timing must run, not be traced
                 outcome = pipeline.optimize(original, closed, frozen, self.options, self._name,
-                                            example)
+                                            example, self._xla)
             _check_emission(outcome.graph, closed)
             runner = None
             if frozen and not outcome.report.fell_back and \

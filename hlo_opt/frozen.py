@@ -134,7 +134,7 @@ class Runner:
     KEEP = 4
 
     def __init__(self, graph: Graph, frozen: Iterable[int], options=None):
-        """`options`: XLA compile options of the per-call program (`compile_options`)."""
+        """`options`: XLA compile options of both programs (`compile_options`)."""
         self.split = split(graph, frozen)
         self.options = dict(options or {})
         # A frozen input the per-call program reads as it is, is handed to it as it is:
@@ -145,7 +145,7 @@ class Runner:
         self._picks = [position.get(v) for v in w.outputs]   # frozen leaf index, or None
         made = Graph(w.inputs, [v for v in w.outputs if v not in position])
         self.precomputes = bool(made.outputs)   # else it is the graph's program as it is
-        self._weights = jax.jit(emit.to_callable(made))
+        self._weights = compile_options.jit(emit.to_callable(made), options)
         self._runtime = compile_options.jit(emit.to_callable(self.split.runtime), options)
         self._frozen_of, self._live_of = picker(self.split.frozen), picker(self.split.live)
         self._memo: list[tuple[tuple[int, ...], list, Sequence[Any]]] = []

@@ -72,23 +72,29 @@ class Outcome:
 
 
 def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], options,
-             name: str, example: Sequence | None = None) -> Outcome:
+             name: str, example: Sequence | None = None,
+             users_options: compile_options.Options | None = None) -> Outcome:
     """`example`: the call's own argument leaves (concrete arrays), when there are any.
     verify runs on them too, and draws its random frozen arguments (weights) at their
     scale; measure_final times with them. Standard normal weights are no test of a deep
     network: they overflow ResNet-50's activations to inf, where any two orders of
-    summation "differ"."""
+    summation "differ".
+    `users_options`: XLA compile options the user gave `jit` (its `compiler_options`):
+    every program is compiled, priced, verified and timed under them, the reference
+    included, and hlo_opt chooses none of its own (they can change results: NaN
+    handling, fast math)."""
     frozen = tuple(frozen)
     rules = list(options.rules) if options.rules is not None else list(library.ALL)
     disk = store.GraphStore(options.cache_dir)
-    key = store.key(original, frozen, options, rules)
+    users_options = dict(users_options or {})
+    key = store.key(original, frozen, options, rules, users_options)
     cached = disk.get(key, original, _identifier(name)) if key else None
     if cached is not None:
         return Outcome(*cached)   # verified and timed when it was written
 
     start = time.perf_counter()
-    chosen = {}
-    if frozen and options.measure_final and options.cost == "measured" and not original.effects:
+    chosen = users_options
+    if not chosen and frozen and options.measure_final and options.cost == "measured" and not original.effects:
         chosen = choose_options(original, frozen, _inputs(
             [n.types[0] for n in original.inputs], frozen, example, seed=0, keep=True),
             rules)
@@ -118,7 +124,8 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
                     stop_reason=result.stop_reason, fell_back=False, reason=None,
                     source=emit.to_source(result.graph, _identifier(name)),
                     compiler_options=chosen, search_phases=result.stats["phases"])
-    outcome = _guard(original, closed, result.graph, frozen, options, report, example)
+    outcome = _guard(original, closed, result.graph, frozen, options, report, example,
+                     users_options)
     if key and cut_short(result, clock) and disk.searched_short(key) < SHORT_SEARCHES - 1:
         disk.note_short(key)
         logger.info("hlo_opt: %s: the search stopped at its time limit after %.1f s of "
@@ -250,15 +257,17 @@ def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:
     return args
 
 
-def _guard(original, closed, optimized, frozen, options, report, example=None) -> Outcome:
-    """Verify and time the optimised graph; the original where it loses."""
+def _guard(original, closed, optimized, frozen, options, report, example=None,
+           users_options=None) -> Outcome:
+    """Verify and time the optimised graph; the original (under `users_options`, as
+    `jax.jit` compiles it) where it loses."""
     changed = optimized.digest != original.digest
     if original.effects and (options.verify or options.measure_final) and (changed or frozen):
         # Checking would run the user's side effects (prints, callbacks) on random inputs.
         return _fall_back(original, report, "the program has side effects, which verify "
                           "and measure_final would run on random inputs")
     types = [n.types[0] for n in original.inputs]
-    reference = jax.jit(jcore.jaxpr_as_fun(closed))
+    reference = compile_options.jit(jcore.jaxpr_as_fun(closed), users_options)
     # One compile of what will run (weight-only part and per-call part), verified and
     # timed as it runs: a second compile of NASNet-A's optimised graph took seconds.
     # A program XLA compiles under options of our choosing is checked too, rewritten or

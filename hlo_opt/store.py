@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 import hlo_opt
-from hlo_opt import emit, graph_json
+from hlo_opt import compile_options, emit, graph_json
 from hlo_opt.cost.cache import Cache
 from hlo_opt.cost.model import device_header
 from hlo_opt.ir import Graph
@@ -45,12 +45,14 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def key(original: Graph, frozen, options, rules) -> str | None:
+def key(original: Graph, frozen, options, rules, users_options=None) -> str | None:
     """The entry's key; None when the options name no reproducible result (a cost
-    model object of the user's)."""
+    model object of the user's). `users_options`: the XLA compile options the user gave
+    `jit`, under which the entry was priced and timed."""
     if not isinstance(options.cost, str):
         return None
-    text = json.dumps({"graph": original.digest, "frozen": list(frozen),
+    extra = {"xla": compile_options.label(users_options)} if users_options else {}
+    text = json.dumps({"graph": original.digest, "frozen": list(frozen), **extra,
                        "options": {k: getattr(options, k) for k in SHAPING},
                        "rules": sorted(r.name for r in rules), "format": FORMAT},
                       sort_keys=True)

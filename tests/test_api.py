@@ -68,6 +68,27 @@ def test_unknown_jit_keywords_pass_through():
     assert "tensor<5xf32>" not in hlo_opt.jit(f).lower(X, jnp.ones(5)).as_text()
 
 
+@pytest.mark.parametrize("frozen", [(), (0,)])
+def test_the_users_compiler_options_hold_for_every_program(frozen, tmp_path):
+    """`compiler_options` can change answers: with fast min/max, XLA's max of NaN and 8
+    is 8. With frozen weights the per-call and weight programs were compiled without
+    them (hlo_opt's own choice, or XLA's defaults) and returned NaN where jax.jit
+    returned 8; the stored outcome of the same program without them must not stand in."""
+    fast = {"xla_cpu_enable_fast_min_max": True}
+    def f(w, x):
+        return jnp.max(jnp.maximum(x @ (w.T * 2), jnp.nan * x[:, :1]), axis=1)
+    w, x = jnp.ones((4, 4)), jnp.ones((3, 4))
+    expected = jax.jit(f, compiler_options=fast)(w, x)
+    assert np.isnan(jax.jit(f)(w, x)).all() and not np.isnan(expected).any()
+    options = dict(cost="analytic", measure_final=False, frozen_argnums=frozen,
+                   cache_dir=str(tmp_path))
+    assert np.isnan(hlo_opt.jit(f, **options)(w, x)).all()       # stored without them
+    ours = hlo_opt.jit(f, compiler_options=fast, **options)
+    assert_same(ours(w, x), expected)
+    assert_same(ours(w, x), expected)
+    assert ours.explain(w, x).compiler_options == fast
+
+
 def test_donated_arguments_are_donated_like_jax_jit():
     f = lambda x: x * 2
     a, b = jnp.ones(16), jnp.ones(16)
