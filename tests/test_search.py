@@ -9,6 +9,7 @@ import pytest
 from jax import lax
 
 from hlo_opt import capture, cost, deadline, emit, ir, rules
+from hlo_opt.rules import lang
 from hlo_opt.frozen import weight_only
 from hlo_opt.rules.library import concat_split, conv
 from hlo_opt.search import BUDGET, SATURATED, TIME_LIMIT, search
@@ -209,6 +210,27 @@ def test_time_limit_is_honoured_within_ten_percent():
                budget=None, split_threshold=None, clock=lambda: now[0])
     assert r.stop_reason == TIME_LIMIT
     assert r.stats["costed"] >= 50 and now[0] <= 1.1
+
+
+def test_the_time_limit_stops_a_rule_s_matching_midway(monkeypatch):
+    """A source of two roots sharing an operand matches every ordered pair of its
+    readers: 200 dots of one weight, 39,800 pairs of `merge-dots-shared-rhs`. All were
+    matched, and their shapes read, before the limit was asked again (a 6,500-node
+    unrolled loop searched 55 s under a 5 s limit). Each match made here moves a
+    hand-held clock 0.1 ms: 4 s for them all, against a 1 s limit."""
+    now = [0.0]
+
+    class Timed(lang.Match):
+        def __init__(self, *args):
+            now[0] += 1e-4
+            super().__init__(*args)
+    monkeypatch.setattr(lang, "Match", Timed)
+    w = _rand(8, 8)
+    g = capture.capture(lambda x: [jnp.sin(x + i) @ w for i in range(200)],
+                        (_rand(4, 8),)).graph
+    r = search(g, [concat_split.RULES["merge-dots-shared-rhs"]], toy_cost, time_limit=1.0,
+               budget=None, split_threshold=30, clock=lambda: now[0])
+    assert r.stop_reason == TIME_LIMIT and now[0] <= 1.1
 
 
 @pytest.mark.parametrize("split", [None, 8])
@@ -535,9 +557,9 @@ def test_a_whole_graph_move_that_overran_the_node_cap_is_not_made_again(monkeypa
         made.append(((rule.name, len(at)), len(graph.nodes), new is None or len(new.nodes) > 35))
         return names, new
 
-    def sweeps(found):
+    def sweeps(found, stop=None):
         swept.update(m.rule.name for m in found[:1])
-        return grouped(found)
+        return grouped(found, stop)
     monkeypatch.setattr(searching, "rewrite", spy)
     monkeypatch.setattr(searching, "everywhere", sweeps)
     def dots(h):

@@ -241,9 +241,9 @@ def _everywhere(graph, rules, priced, limits, max_nodes, gain: float = WHOLE_GAI
             again = True
             while again:               # a rule that paid is tried again first: pairwise
                 again = False          # merges of 8 dots take three sweeps (NasRNN)
-                found = rule.matches(graph)
+                found = rule.matches(graph, stop=limits.reason)
                 by_shape: dict[tuple, float] = {}
-                for group in everywhere(found):
+                for group in everywhere(found, limits.reason):
                     if limits.reason():
                         return graph, applied
                     key = (rule.name, len(group))

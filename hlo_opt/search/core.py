@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from hlo_opt import deadline
 from hlo_opt.ir import Graph
-from hlo_opt.rules.lang import Built, Match, Rule
+from hlo_opt.rules.lang import STOP_EVERY, Built, Match, Rule
 
 SATURATED, BUDGET, TIME_LIMIT = "saturated", "budget", "time_limit"
 
@@ -46,7 +46,7 @@ def matches(graph: Graph, rules: Sequence[Rule],
     for rule in rules:
         if limits is not None and limits.reason():
             return
-        for m in rule.matches(graph, index):
+        for m in rule.matches(graph, index, _stop(limits)):
             yield rule, m
 
 
@@ -63,17 +63,23 @@ def options(graph: Graph, rules: Sequence[Rule], limits: "Limits | None" = None,
     for rule in rules:
         if limits is not None and limits.reason():
             return
-        yield from ((rule, at) for at in rule_moves(rule, graph, index, where))
+        yield from ((rule, at) for at in rule_moves(rule, graph, index, where, limits))
+
+
+def _stop(limits: "Limits | None") -> Callable[[], object] | None:
+    return None if limits is None else limits.reason
 
 
 def rule_moves(rule: Rule, graph: Graph, index: dict[str, list],
-               where: Callable[[Match], bool] | None = None) -> list["Match | Everywhere"]:
+               where: Callable[[Match], bool] | None = None,
+               limits: "Limits | None" = None) -> list["Match | Everywhere"]:
     """One rule's moves in `graph` (`index`: `by_op(graph)`): each match (that `where`
-    keeps), then their all-at-once groups (`everywhere`)."""
-    found = rule.matches(graph, index)
+    keeps), then their all-at-once groups (`everywhere`); with `limits`, those found
+    before they ran out."""
+    found = rule.matches(graph, index, _stop(limits))
     if where is not None:
         found = [m for m in found if where(m)]
-    return [*found, *everywhere(found)]
+    return [*found, *everywhere(found, _stop(limits))]
 
 
 def any_option(graph: Graph, rules: Sequence[Rule], rng: random.Random,
@@ -88,18 +94,23 @@ def any_option(graph: Graph, rules: Sequence[Rule], rng: random.Random,
     for rule in order:
         if limits is not None and limits.reason():
             return None
-        if found := rule_moves(rule, graph, index):
+        if found := rule_moves(rule, graph, index, limits=limits):
             return rule, rng.choice(found)
     return None
 
 
-def everywhere(found: Sequence[Match]) -> list[Everywhere]:
+def everywhere(found: Sequence[Match], stop: Callable[[], object] | None = None
+               ) -> list[Everywhere]:
     """A rule's all-at-once moves: all its matches, and all those of each shape (when
-    there are several shapes, each with several matches)."""
+    there are several shapes, each with several matches). None when `stop`, asked
+    every `STOP_EVERY` matches, says so (a match's shape is read off its leaves:
+    seconds for a quarter of a million)."""
     if len(found) < 2:
         return []
     groups: dict[tuple, list[Match]] = {}
-    for m in found:
+    for k, m in enumerate(found, 1):
+        if stop is not None and k % STOP_EVERY == 0 and stop():
+            return []
         groups.setdefault(shape_of(m), []).append(m)
     alike = [Everywhere(g) for g in groups.values() if len(g) > 1] if len(groups) > 1 else []
     return [Everywhere(found)] + alike
