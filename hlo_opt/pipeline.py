@@ -84,6 +84,14 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     included, and hlo_opt chooses none of its own (they can change results: NaN
     handling, fast math)."""
     frozen = tuple(frozen)
+    if original.effects and (options.verify or options.measure_final):
+        # Either would run the user's prints and callbacks on random inputs, so whatever
+        # the search found would be thrown away: it is not searched for (a program
+        # with a debug print took 18 s of searching to keep the original).
+        return _fall_back(original, Report(
+            original=original, optimized=original, applied={}, cost_before=None,
+            cost_after=None, measured_before=None, measured_after=None, search_seconds=0.0,
+            stop_reason=None, fell_back=True, reason=None, source=None), EFFECTS)
     rules = list(options.rules) if options.rules is not None else list(library.ALL)
     disk = store.GraphStore(options.cache_dir)
     users_options = dict(users_options or {})
@@ -257,15 +265,15 @@ def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:
     return args
 
 
+EFFECTS = "the program has side effects, which verify and measure_final would run on " \
+    "random inputs"
+
+
 def _guard(original, closed, optimized, frozen, options, report, example=None,
            users_options=None) -> Outcome:
     """Verify and time the optimised graph; the original (under `users_options`, as
     `jax.jit` compiles it) where it loses."""
     changed = optimized.digest != original.digest
-    if original.effects and (options.verify or options.measure_final) and (changed or frozen):
-        # Checking would run the user's side effects (prints, callbacks) on random inputs.
-        return _fall_back(original, report, "the program has side effects, which verify "
-                          "and measure_final would run on random inputs")
     types = [n.types[0] for n in original.inputs]
     reference = compile_options.jit(jcore.jaxpr_as_fun(closed), users_options)
     # One compile of what will run (weight-only part and per-call part), verified and

@@ -405,3 +405,29 @@ def test_a_program_timed_whole_is_searched_whole(tmp_path, monkeypatch, measured
                        cost=model, time_limit=3.0)
     assert_close(ours(W, X), jax.jit(qkv)(W, X), 1e-5)
     assert asked == [measured]
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_program_with_side_effects_is_searched_only_where_nothing_would_run_it(
+        checked, monkeypatch, capfd):
+    """verify and measure_final would run the user's prints on random inputs, so a
+    rewrite found there is thrown away: the search is not run for it (a program with a
+    debug print took 18 s of searching to keep its original). Unchecked, it is."""
+    searched = []
+    real = pipeline.search
+    monkeypatch.setattr(pipeline, "search", lambda *a, **k: searched.append(1) or real(*a, **k))
+    def f(x, a, b):
+        y = x @ a + x @ b
+        jax.debug.print("total {}", y.sum())
+        return y
+    a, b = (jax.random.normal(jax.random.key(k), (64, 8)) for k in (1, 2))
+    expected = jax.jit(f)(X, a, b)
+    jax.effects_barrier()
+    capfd.readouterr()
+    ours = hlo_opt.jit(f, cost="analytic", verify=checked, measure_final=checked)
+    assert_close(ours(X, a, b), expected, 1e-5)
+    jax.effects_barrier()
+    assert capfd.readouterr().out.count("total") == 1       # once: the call's own
+    report = ours.explain(X, a, b)
+    assert bool(searched) is not checked and report.fell_back is checked
+    assert (report.reason == pipeline.EFFECTS) is checked
