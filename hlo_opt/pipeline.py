@@ -101,8 +101,8 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
         return Outcome(*cached)   # verified and timed when it was written
 
     start = time.perf_counter()
-    chosen = users_options
-    if not chosen and frozen and options.measure_final and options.cost == "measured" and not original.effects:
+    chosen = users_options           # the user's choice, or ours below
+    if not chosen and frozen and options.measure_final and options.cost == "measured":
         chosen = choose_options(original, frozen, _inputs(
             [n.types[0] for n in original.inputs], frozen, example, seed=0, keep=True),
             rules)
