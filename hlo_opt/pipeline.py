@@ -87,11 +87,16 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     if original.effects and (options.verify or options.measure_final):
         # Either would run the user's prints and callbacks on random inputs, so whatever
         # the search found would be thrown away: it is not searched for (a program
-        # with a debug print took 18 s of searching to keep the original).
-        return _fall_back(original, Report(
-            original=original, optimized=original, applied={}, cost_before=None,
-            cost_after=None, measured_before=None, measured_after=None, search_seconds=0.0,
-            stop_reason=None, fell_back=True, reason=None, source=None), EFFECTS)
+        # with a debug print took 18 s of searching to keep the original). With frozen
+        # arguments, jax.jit's program runs, as it did after a search.
+        report = Report(original=original, optimized=original, applied={}, cost_before=None,
+                        cost_after=None, measured_before=None, measured_after=None,
+                        search_seconds=0.0, stop_reason=None, fell_back=False, reason=None,
+                        source=emit.to_source(original, _identifier(name)))
+        if frozen:
+            return _fall_back(original, report, EFFECTS)
+        logger.info("hlo_opt: %s: not searched (%s)", name, EFFECTS)
+        return Outcome(original, report)
     rules = list(options.rules) if options.rules is not None else list(library.ALL)
     disk = store.GraphStore(options.cache_dir)
     users_options = dict(users_options or {})
