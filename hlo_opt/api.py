@@ -158,10 +158,7 @@ def _inline(entry: _Entry, users_options: dict) -> bool:
 
 
 def _fallback_report(reason: str, original: Graph | None = None) -> Report:
-    return Report(original=original, optimized=original, applied={}, cost_before=None,
-                  cost_after=None, measured_before=None, measured_after=None,
-                  search_seconds=0.0, stop_reason=None, fell_back=True, reason=reason,
-                  source=None)
+    return Report.unsearched(original, fell_back=True, reason=reason)
 
 
 class Optimized:

@@ -89,10 +89,8 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
         # the search found would be thrown away: it is not searched for (a program
         # with a debug print took 18 s of searching to keep the original). With frozen
         # arguments, jax.jit's program runs, as it did after a search.
-        report = Report(original=original, optimized=original, applied={}, cost_before=None,
-                        cost_after=None, measured_before=None, measured_after=None,
-                        search_seconds=0.0, stop_reason=None, fell_back=False, reason=None,
-                        source=emit.to_source(original, _identifier(name)))
+        report = Report.unsearched(original, fell_back=False,
+                                   source=emit.to_source(original, _identifier(name)))
         if frozen:
             return _fall_back(original, report, EFFECTS)
         logger.info("hlo_opt: %s: not searched (%s)", name, EFFECTS)

@@ -27,6 +27,15 @@ class Report:
     # first pricing and first-time kernel timing in it too
     search_phases: dict = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def unsearched(cls, original: Graph | None, *, fell_back: bool, reason: str | None = None,
+                   source: str | None = None) -> "Report":
+        """The report of a program kept as it is, no search run on it."""
+        return cls(original=original, optimized=original, applied={}, cost_before=None,
+                   cost_after=None, measured_before=None, measured_after=None,
+                   search_seconds=0.0, stop_reason=None, fell_back=fell_back, reason=reason,
+                   source=source)
+
     def summary(self) -> str:
         """A human-readable table."""
         def fmt(seconds):
