@@ -32,6 +32,11 @@ def stop_when(past: Callable[[], bool] | None) -> Iterator[None]:
         _PAST.reset(token)
 
 
+def active() -> bool:
+    """Whether a search's limit is being watched (within `stop_when`, not None)."""
+    return _PAST.get() is not None
+
+
 def check() -> None:
     """Called before each first-time compile and timing."""
     past = _PAST.get()

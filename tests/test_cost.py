@@ -685,6 +685,46 @@ def test_first_time_timing_stops_once_the_search_is_past_its_limit(tmp_path):
         assert model.cost(g).whole and model.programs == 1
 
 
+def test_a_pricing_the_deadline_stops_keeps_the_batches_it_finished(tmp_path, monkeypatch):
+    """Under a search's deadline the new kernels are timed `CHUNK` at a time, each batch
+    written to disk before the next begins: a pricing stopped midway leaves what it
+    timed to the next process, which times only the rest. Timed as one batch, a
+    pricing longer than a search's time was lost whole in every process (NASNet-A's
+    layout move). With no deadline they are one batch, as before."""
+    monkeypatch.setattr(cost_model, "CHUNK", 2)
+    sizes = (256, 128, 96, 64, 48, 32)
+    ws = [jnp.full((a, b), 0.01) for a, b in zip(sizes, sizes[1:])]
+
+    def chain(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x
+    g = graph_of(chain, jnp.ones((64, 256)), *ws)
+
+    def model(path):
+        m = cost.Measured(path, repeats=2, min_sample=1e-4, whole_below=0.0)
+        batches = []
+        timed = m._time_batch
+        m._time_batch = lambda todo: batches.append(len(todo)) or timed(todo)
+        return m, batches
+
+    whole, batches = model(tmp_path / "whole")
+    whole.cost(g)
+    assert batches == [whole.measured] and whole.measured >= 5
+    chunked, batches = model(tmp_path / "chunked")
+    with deadline.stop_when(lambda: False):
+        chunked.cost(g)
+    assert batches == [2] * (whole.measured // 2) + [1] * (whole.measured % 2)
+    assert chunked.measured == whole.measured
+    stopped, batches = model(tmp_path / "stopped")
+    with deadline.stop_when(lambda: stopped.measured >= 2), pytest.raises(deadline.OutOfTime):
+        stopped.cost(g)
+    assert batches == [2, 2] and stopped.measured == 2 and not stopped._isolated
+    after, _ = model(tmp_path / "stopped")      # the next process: two on disk
+    assert len(after.cache) == 2
+    assert after.cost(g).total > 0 and after.measured == whole.measured - 2
+
+
 def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch):
     """The limit passes once the batch has compiled: no sample is timed after it, and
     every program compiled is released (a search past its limit, left to time the batch
