@@ -705,7 +705,7 @@ def test_a_pricing_the_deadline_stops_keeps_the_batches_it_finished(tmp_path, mo
         m = cost.Measured(path, repeats=2, min_sample=1e-4, whole_below=0.0)
         batches = []
         timed = m._time_batch
-        m._time_batch = lambda todo: batches.append(len(todo)) or timed(todo)
+        m._time_batch = lambda todo, *rest: batches.append(len(todo)) or timed(todo, *rest)
         return m, batches
 
     whole, batches = model(tmp_path / "whole")

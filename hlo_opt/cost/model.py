@@ -47,9 +47,12 @@ logger = logging.getLogger("hlo_opt")
 REPEATS = 20
 
 # Kernels timed in one batch under a search's deadline (`Measured.prepare`): what a
-# stopped pricing loses at most. NASNet-A's took 0.18 s each to compile and time (AMD
-# EPYC host, 2026-12-06): 16, about 3 s.
-CHUNK = 16
+# stopped pricing loses at most. Each batch has its fixed costs (a wake-up per round):
+# Inception-v3's layout move, 76 new kernels, priced in 12.0-12.3 s as one batch, in
+# 12.5-14.3 s by 32 and 14.2-15.3 s by 16 (three interleaved rounds, AMD EPYC host,
+# 2026-12-06); NASNet-A's took about 0.5 s a kernel there, so 32 is about 16 s, under
+# the 20 s a cold 10 s search has.
+CHUNK = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,9 +304,12 @@ class Measured(CostModel):
             return
         items = list(todo.items())
         size = CHUNK if deadline.active() else len(items)
+        again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
+        ran: list = []
         try:
             for start in range(0, len(items), size):
-                self._time_batch(dict(items[start:start + size]))
+                ran = self._time_batch(dict(items[start:start + size]), again, ran)
+                again = []
                 if start + size < len(items):
                     self.done()
         except deadline.OutOfTime:
@@ -312,17 +318,20 @@ class Measured(CostModel):
             self.done()
             raise
 
-    def _time_batch(self, todo: dict[str, tuple]) -> None:
+    def _time_batch(self, todo: dict[str, tuple], again: list, ran: list) -> list:
         """Times `todo` (timing key -> (program, cold inputs, a contraction?)) as one
-        batch, with anchors, into the cache."""
-        again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
+        batch into the cache, its contractions on the scale of the anchors `again`
+        timed with it, or (none) of those that `ran` with an earlier batch of the same
+        pricing: the anchors are timed once a pricing, as they were when it was one
+        batch (a pricing's batches follow one another). Returns the anchors that ran."""
         batch = list(todo.values()) + [(p, cold, False) for _, p, cold, _ in again]
         with self._watch.running():
             timed = measure.time_graphs([p for p, *_ in batch], repeats=self.repeats,
                                         min_sample=self.min_sample, options=self.options,
                                         cold=[c for _, c, _ in batch])
-        ran = [(now, anchor) for now, anchor in zip(timed[len(todo):], again)
-               if not isinstance(now, Exception)]
+        if again:
+            ran = [(now, anchor) for now, anchor in zip(timed[len(todo):], again)
+                   if not isinstance(now, Exception)]
         scale = anchors.scale([(now, then) for now, (*_, then) in ran])
         self._anchors.scaled([t for t, (*_, c) in todo.items() if c], [a for _, a in ran])
         for digest, seconds, (*_, contract) in zip(todo, timed, todo.values()):
@@ -333,6 +342,7 @@ class Measured(CostModel):
             else:
                 self.cache.put(digest, seconds / scale if contract else seconds)
                 self.measured += 1
+        return ran
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         if kernel.kind == "free":
