@@ -690,7 +690,8 @@ def test_a_pricing_the_deadline_stops_keeps_the_batches_it_finished(tmp_path, mo
     written to disk before the next begins: a pricing stopped midway leaves what it
     timed to the next process, which times only the rest. Timed as one batch, a
     pricing longer than a search's time was lost whole in every process (NASNet-A's
-    layout move). With no deadline they are one batch, as before."""
+    layout move). With no deadline they are one batch, as before. Either way the
+    anchors are timed again once a pricing, with its first batch."""
     monkeypatch.setattr(cost_model, "CHUNK", 2)
     sizes = (256, 128, 96, 64, 48, 32)
     ws = [jnp.full((a, b), 0.01) for a, b in zip(sizes, sizes[1:])]
@@ -703,9 +704,14 @@ def test_a_pricing_the_deadline_stops_keeps_the_batches_it_finished(tmp_path, mo
 
     def model(path):
         m = cost.Measured(path, repeats=2, min_sample=1e-4, whole_below=0.0)
-        batches = []
+        batches, m.anchors_timed = [], []
         timed = m._time_batch
-        m._time_batch = lambda todo, *rest: batches.append(len(todo)) or timed(todo, *rest)
+
+        def recorded(todo, again, ran):
+            batches.append(len(todo))
+            m.anchors_timed.append(len(again))
+            return timed(todo, again, ran)
+        m._time_batch = recorded
         return m, batches
 
     whole, batches = model(tmp_path / "whole")
@@ -723,6 +729,15 @@ def test_a_pricing_the_deadline_stops_keeps_the_batches_it_finished(tmp_path, mo
     after, _ = model(tmp_path / "stopped")      # the next process: two on disk
     assert len(after.cache) == 2
     assert after.cost(g).total > 0 and after.measured == whole.measured - 2
+    # the anchors (dots timed before) are timed again once a pricing, with its first batch
+    other = (256, 136, 104, 72, 56, 40)    # every dot new
+    wider = graph_of(chain, jnp.ones((64, 256)),
+                     *[jnp.full((a, b), 0.01) for a, b in zip(other, other[1:])])
+    after.anchors_timed.clear()
+    with deadline.stop_when(lambda: False):
+        after.cost(wider)
+    assert len(after.anchors_timed) >= 3 and after.anchors_timed[0] > 0
+    assert not any(after.anchors_timed[1:])
 
 
 def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch):
