@@ -704,40 +704,39 @@ def test_a_pricing_the_deadline_stops_keeps_the_batches_it_finished(tmp_path, mo
 
     def model(path):
         m = cost.Measured(path, repeats=2, min_sample=1e-4, whole_below=0.0)
-        batches, m.anchors_timed = [], []
+        batches, anchors_timed = [], []      # per batch: kernels, anchors timed again
         timed = m._time_batch
 
         def recorded(todo, again, ran):
             batches.append(len(todo))
-            m.anchors_timed.append(len(again))
+            anchors_timed.append(len(again))
             return timed(todo, again, ran)
         m._time_batch = recorded
-        return m, batches
+        return m, batches, anchors_timed
 
-    whole, batches = model(tmp_path / "whole")
+    whole, batches, _ = model(tmp_path / "whole")
     whole.cost(g)
     assert batches == [whole.measured] and whole.measured >= 5
-    chunked, batches = model(tmp_path / "chunked")
+    chunked, batches, _ = model(tmp_path / "chunked")
     with deadline.stop_when(lambda: False):
         chunked.cost(g)
     assert batches == [2] * (whole.measured // 2) + [1] * (whole.measured % 2)
     assert chunked.measured == whole.measured
-    stopped, batches = model(tmp_path / "stopped")
+    stopped, batches, _ = model(tmp_path / "stopped")
     with deadline.stop_when(lambda: stopped.measured >= 2), pytest.raises(deadline.OutOfTime):
         stopped.cost(g)
     assert batches == [2, 2] and stopped.measured == 2 and not stopped._isolated
-    after, _ = model(tmp_path / "stopped")      # the next process: two on disk
+    after, _, anchors_timed = model(tmp_path / "stopped")   # the next process: two on disk
     assert len(after.cache) == 2
     assert after.cost(g).total > 0 and after.measured == whole.measured - 2
     # the anchors (dots timed before) are timed again once a pricing, with its first batch
     other = (256, 136, 104, 72, 56, 40)    # every dot new
     wider = graph_of(chain, jnp.ones((64, 256)),
                      *[jnp.full((a, b), 0.01) for a, b in zip(other, other[1:])])
-    after.anchors_timed.clear()
+    anchors_timed.clear()
     with deadline.stop_when(lambda: False):
         after.cost(wider)
-    assert len(after.anchors_timed) >= 3 and after.anchors_timed[0] > 0
-    assert not any(after.anchors_timed[1:])
+    assert len(anchors_timed) >= 3 and anchors_timed[0] > 0 and not any(anchors_timed[1:])
 
 
 def test_a_batch_compiled_before_the_limit_takes_no_sample_after_it(monkeypatch):
