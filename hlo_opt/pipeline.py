@@ -106,7 +106,10 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     start = time.perf_counter()
     chosen = users_options           # the user's choice, or ours below
     if not chosen and frozen and options.measure_final and options.cost == "measured":
-        chosen = choose_options(original, frozen, _inputs(
+        # A search cut short before this one chose already: its kernel timings, cached
+        # under its options, are what this one is to go on from (`cut_short`).
+        again = disk.short_options(key) if key else None
+        chosen = again if again is not None else choose_options(original, frozen, _inputs(
             [n.types[0] for n in original.inputs], frozen, example, seed=0, keep=True),
             rules)
     model = options.cost if isinstance(options.cost, cost.CostModel) \
@@ -138,7 +141,7 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
     outcome = _guard(original, closed, result.graph, frozen, options, report, example,
                      users_options)
     if key and cut_short(result, clock) and disk.searched_short(key) < SHORT_SEARCHES - 1:
-        disk.note_short(key)
+        disk.note_short(key, chosen)
         logger.info("hlo_opt: %s: the search stopped at its time limit after %.1f s of "
                     "first-time kernel timing; its result is not stored, and the next "
                     "process searches again with those timings cached", name, clock.cold())
@@ -229,7 +232,9 @@ def cut_short(result, clock: SearchClock) -> bool:
     to search, first-time kernel timing having taken the rest: not the answer of a
     search with this limit. The first such result is not remembered on disk
     (`SHORT_SEARCHES`), so the next process searches again on the timings this one
-    cached. Stored, NASNet-A's first cold search (1.2x:
+    cached, under the compile options this one chose (timed again, `choose_options`
+    gave NASNet-A XLA's defaults in one process and YNNPACK's elementwise fusions in
+    the next, and each has a kernel cache of its own). Stored, NASNet-A's first cold search (1.2x:
     its layout move, no depthwise taps) was every later process's answer; searched
     again on its timings, it ran 2.95x (`bench_all.py --models=nasnet_a`, AMD host)."""
     return result.stop_reason == STOPPED_AT_LIMIT and clock.overspent()

@@ -9,7 +9,8 @@ between releases must not read back the graphs older code found.
 An entry holds the outcome (the graph that runs, written by `graph_json`, and what the
 report said); an entry that does not read back exactly is ignored. Beside it, under
 `short:<key>`, how many searches for the key were cut short by first-time kernel timing
-and not stored (`pipeline.cut_short`).
+and not stored (`pipeline.cut_short`), and the XLA compile options they were priced
+under, so the next search reads their kernel timings under the same ones.
 """
 from __future__ import annotations
 
@@ -83,13 +84,29 @@ class GraphStore:
             optimized, name), **{**fields, "search_seconds": 0.0, "stop_reason": "cached"})
         return ran, report
 
+    def _short(self, key: str) -> dict:
+        entry = self.cache.get(f"short:{key}")
+        ok = isinstance(entry, dict) and isinstance(entry.get("count"), int) \
+            and isinstance(entry.get("xla"), str)
+        return entry if ok else {}
+
     def searched_short(self, key: str) -> int:
         """How many searches for `key` were cut short and not stored (`note_short`)."""
-        count = self.cache.get(f"short:{key}")
-        return count if isinstance(count, int) else 0
+        return self._short(key).get("count", 0)
 
-    def note_short(self, key: str) -> None:
-        self.cache.put(f"short:{key}", self.searched_short(key) + 1)
+    def short_options(self, key: str) -> compile_options.Options | None:
+        """The compile options the searches for `key` cut short were priced under; None
+        when none was cut short (or the entry does not read back)."""
+        entry = self._short(key)
+        try:
+            options = dict(compile_options.parse(entry["xla"])) if entry else None
+        except (ValueError, TypeError):
+            return None
+        return options if all(isinstance(v, str) for v in (options or {}).values()) else None
+
+    def note_short(self, key: str, options: compile_options.Options) -> None:
+        self.cache.put(f"short:{key}", {"count": self.searched_short(key) + 1,
+                                        "xla": compile_options.label(options)})
         self.cache.flush()
 
     def put(self, key: str, original: Graph, ran: Graph, report: Report) -> None:

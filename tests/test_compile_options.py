@@ -180,6 +180,32 @@ def test_the_chosen_options_compile_the_program_that_runs_and_come_back_from_dis
 
 
 @needs_ynn_choice
+def test_a_search_after_one_cut_short_is_priced_under_the_options_that_one_chose(
+        tmp_path, monkeypatch):
+    # Timed again, the choice can go the other way (NASNet-A: XLA's defaults in one
+    # process, YNNPACK's elementwise fusions in the next), and the kernel timings the
+    # first search cached, under its options, would not serve the second.
+    chose = []
+    monkeypatch.setattr(pipeline, "choose_options",
+                        lambda *args: chose.append(1) or dict(NO_YNN))
+    monkeypatch.setattr(pipeline, "cut_short", lambda *args: True)
+    monkeypatch.setattr(pipeline, "FASTER", float("inf"))
+
+    def search():
+        f = hlo_opt.jit(net, frozen_argnums=(0,), cache_dir=tmp_path, time_limit=2.0)
+        assert_close(f(W, X), jax.jit(net)(W, X), 1e-5)
+        return f.explain(W, X)
+    first = search()
+    assert first.compiler_options == NO_YNN and first.stop_reason != "cached"
+    monkeypatch.setattr(pipeline, "choose_options",
+                        lambda *args: chose.append(2) or dict(YNN_ELTWISE))
+    second = search()      # the last of SHORT_SEARCHES: stored though cut short
+    assert second.stop_reason != "cached" and second.compiler_options == NO_YNN
+    assert chose == [1]
+    assert search().stop_reason == "cached" and chose == [1]
+
+
+@needs_ynn_choice
 def test_a_program_kept_as_the_original_runs_as_jax_jit_compiles_it(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "choose_options", lambda *args: dict(NO_YNN))
     monkeypatch.setattr(pipeline, "FASTER", 0.0)          # nothing beats jax.jit here

@@ -327,6 +327,19 @@ def test_a_search_cut_short_by_first_time_timing_is_not_stored(tmp_path, monkeyp
         assert stops == ["time_limit"] + ["cached"] * pipeline.SHORT_SEARCHES, timed
 
 
+@pytest.mark.parametrize("garbage", [3, "x", {"count": 1}, {"count": 1, "xla": "[1]"},
+                                     {"count": 1, "xla": '{"flag": 1}'}, {"count": 1, "xla": "{"}])
+def test_a_short_searchs_note_that_does_not_read_back_counts_for_nothing(tmp_path, garbage):
+    disk = store.GraphStore(tmp_path)
+    disk.note_short("k", {"flag": "v"})
+    disk.note_short("k", {})
+    assert disk.searched_short("k") == 2 and disk.short_options("k") == {}
+    assert disk.searched_short("other") == 0 and disk.short_options("other") is None
+    disk.cache.put("short:k", garbage)
+    counted = 1 if isinstance(garbage, dict) and "xla" in garbage else 0
+    assert (disk.searched_short("k"), disk.short_options("k")) == (counted, None)
+
+
 def test_graphs_found_by_other_hlo_opt_code_are_not_read_back(tmp_path, monkeypatch):
     def stop():
         f = hlo_opt.jit(qkv, frozen_argnums=(0,), cache_dir=tmp_path, measure_final=False,
