@@ -140,7 +140,8 @@ def optimize(original: Graph, closed: jcore.ClosedJaxpr, frozen: Sequence[int], 
                     compiler_options=chosen, search_phases=result.stats["phases"])
     outcome = _guard(original, closed, result.graph, frozen, options, report, example,
                      users_options)
-    if key and cut_short(result, clock) and disk.searched_short(key) < SHORT_SEARCHES - 1:
+    if key and cut_short(result, clock) and clock.kept() \
+            and disk.searched_short(key) < SHORT_SEARCHES - 1:
         disk.note_short(key, chosen)
         logger.info("hlo_opt: %s: the search stopped at its time limit after %.1f s of "
                     "first-time kernel timing; its result is not stored, and the next "
@@ -213,6 +214,7 @@ class SearchClock:
         self.allowance = extra * limit if limit else 0.0
         # a cost model shared by many searches has timed before this one
         self._before = self._model.measuring if self._model else 0.0
+        self._entries = self._cached()
 
     def __call__(self) -> float:
         return time.perf_counter() - min(self.cold(), self.allowance)
@@ -220,6 +222,14 @@ class SearchClock:
     def cold(self) -> float:
         """Seconds of first-time timing during this search."""
         return self._model.measuring - self._before if self._model else 0.0
+
+    def _cached(self) -> int:
+        return len(self._model.cache) if self._model and hasattr(self._model, "cache") else 0
+
+    def kept(self) -> int:
+        """Timings (kernels, whole programs) this search cached: what a search after it
+        has that it had not."""
+        return self._cached() - self._entries
 
     def overspent(self) -> bool:
         """Whether first-time timing took more than the clock leaves out: the search
@@ -230,9 +240,9 @@ class SearchClock:
 def cut_short(result, clock: SearchClock) -> bool:
     """Whether `result` is a search stopped at its time limit with less than the limit
     to search, first-time kernel timing having taken the rest: not the answer of a
-    search with this limit. The first such result is not remembered on disk
-    (`SHORT_SEARCHES`), so the next process searches again on the timings this one
-    cached, under the compile options this one chose (timed again, `choose_options`
+    search with this limit. Where the search cached new timings (`SearchClock.kept`),
+    its result is not remembered on disk (up to `SHORT_SEARCHES`), so the next process
+    searches again on them, under the compile options this one chose (timed again, `choose_options`
     gave NASNet-A XLA's defaults in one process and YNNPACK's elementwise fusions in
     the next, and each has a kernel cache of its own). Stored, NASNet-A's first cold search (1.2x:
     its layout move, no depthwise taps) was every later process's answer; searched
@@ -240,12 +250,16 @@ def cut_short(result, clock: SearchClock) -> bool:
     return result.stop_reason == STOPPED_AT_LIMIT and clock.overspent()
 
 
-SHORT_SEARCHES = 2      # searches cut short (`cut_short`) before one's result is stored
+SHORT_SEARCHES = 4      # searches cut short (`cut_short`) before one's result is stored
                         # anyway: each process times new kernels as its search goes
                         # further, and a host slow enough could leave every one short.
                         # The zoo from one empty cache, three processes (AMD host, every
                         # search cut short): NASNet-A 1.18x, 2.77x, 2.98x; the other
-                        # seven moved within their noise (ResNet-50 2.25x, 2.33x, 2.13x)
+                        # seven moved within their noise (ResNet-50 2.25x, 2.33x, 2.13x).
+                        # With 2, on the Zen 4 AMD host, NASNet-A's second search was cut
+                        # short too and stored at 1.4x: its first had the layout move's
+                        # kernels half timed. One cut short that cached no new timing is
+                        # stored at once: the next would search on the same cache.
 
 
 def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:

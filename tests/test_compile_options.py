@@ -189,6 +189,8 @@ def test_a_search_after_one_cut_short_is_priced_under_the_options_that_one_chose
     monkeypatch.setattr(pipeline, "choose_options",
                         lambda *args: chose.append(1) or dict(NO_YNN))
     monkeypatch.setattr(pipeline, "cut_short", lambda *args: True)
+    monkeypatch.setattr(pipeline.SearchClock, "kept", lambda self: 1)
+    monkeypatch.setattr(pipeline, "SHORT_SEARCHES", 2)
     monkeypatch.setattr(pipeline, "FASTER", float("inf"))
 
     def search():

@@ -291,14 +291,16 @@ def test_a_second_process_reuses_the_optimised_graph(tmp_path):
     assert runs[0]["out"] == pytest.approx(runs[1]["out"], rel=1e-6)
 
 
-@pytest.mark.parametrize("cold_seconds", [0.0, 1000.0])
+@pytest.mark.parametrize("cold_seconds, kept", [(0.0, 1), (1000.0, 1), (1000.0, 0)])
 def test_a_search_cut_short_by_first_time_timing_is_not_stored(tmp_path, monkeypatch,
-                                                                cold_seconds):
+                                                                cold_seconds, kept):
     """A search that stopped at its limit after more first-time kernel timing than its
-    clock leaves out had less than its limit to search: the next process searches
-    again (on the timings now cached) instead of reading that result back, up to
-    SHORT_SEARCHES searches. One that stopped at its limit having searched all of it is
-    stored as before."""
+    clock leaves out had less than its limit to search: where it cached new timings,
+    the next process searches again (on them) instead of reading that result back, up
+    to SHORT_SEARCHES searches. One that stopped at its limit having searched all of it,
+    or that cached nothing the next search would not have had, is stored as before."""
+    monkeypatch.setattr(pipeline.SearchClock, "kept", lambda self: kept)
+    monkeypatch.setattr(pipeline, "SHORT_SEARCHES", 2)      # each search is 10 s here
     real = pipeline.search
     timed = []      # each search's own first-time timing, before it is set
 
@@ -321,7 +323,7 @@ def test_a_search_cut_short_by_first_time_timing_is_not_stored(tmp_path, monkeyp
                         cost="measured", time_limit=10.0)
         return f.explain(W, X).stop_reason
     stops = [stop() for _ in range(pipeline.SHORT_SEARCHES + 1)]
-    if cold_seconds:
+    if cold_seconds and kept:
         assert stops == ["time_limit"] * pipeline.SHORT_SEARCHES + ["cached"], timed
     else:
         assert stops == ["time_limit"] + ["cached"] * pipeline.SHORT_SEARCHES, timed
@@ -365,6 +367,20 @@ def test_verify_runs_on_the_call_and_on_weights_drawn_at_their_scale(tmp_path):
     report = wrong.explain(positive, X)
     assert report.fell_back and "random inputs #1" in report.reason
     assert_close(wrong(positive, X), jax.jit(absolute)(positive, X), 0.0)
+
+
+def test_the_search_clock_counts_the_timings_this_search_cached(tmp_path):
+    g = capture.capture(qkv, (W, X)).graph
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
+    clock = pipeline.SearchClock(model, 10.0)
+    assert clock.kept() == 0
+    model.cost(g, (0,))
+    assert clock.kept() == model.measured > 0
+    again = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=0.0)
+    later = pipeline.SearchClock(again, 10.0)
+    again.cost(g, (0,))
+    assert later.kept() == 0 and again.measured == 0
+    assert pipeline.SearchClock(cost.Analytic(), 10.0).kept() == 0
 
 
 def test_the_search_clock_leaves_out_only_this_searchs_first_timings(monkeypatch):

@@ -51,8 +51,12 @@ REPEATS = 20
 # Inception-v3's layout move, 76 new kernels, priced in 12.0-12.3 s as one batch, in
 # 12.5-14.3 s by 32 and 14.2-15.3 s by 16 (three interleaved rounds, AMD EPYC host,
 # 2026-12-06); NASNet-A's took about 0.5 s a kernel there, so 32 is about 16 s, under
-# the 20 s a cold 10 s search has.
+# the 20 s a cold 10 s search has. It was not: the next day's first NASNet-A process
+# there timed 32 (and 3 anchors) in 20.1 s, stopped at the end and lost all of them.
+# So a batch is also held to `BATCH_SECONDS` at the rate this model has timed kernels so
+# far: about 9 of NASNet-A's there, Inception-v3's still 32.
 CHUNK = 32
+BATCH_SECONDS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +285,7 @@ class Measured(CostModel):
         (`anchors.py`): a batch with any also times again a few this object priced
         before, and its new ones' seconds divided by how much slower (or faster) those ran.
 
-        Under a search's deadline the kernels are timed in batches of `CHUNK`, each
+        Under a search's deadline the kernels are timed in batches (`_chunk`), each
         written to disk before the next begins, so that a pricing the deadline stops
         leaves what it timed to the next search (`pipeline.cut_short`: the next process
         searches again "with those timings cached"). As one batch, NASNet-A's layout move
@@ -303,7 +307,7 @@ class Measured(CostModel):
         if not todo:
             return
         items = list(todo.items())
-        size = CHUNK if deadline.active() else len(items)
+        size = self._chunk() if deadline.active() else len(items)
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         ran: list = []
         try:
@@ -317,6 +321,13 @@ class Measured(CostModel):
                 self._isolated.pop(key, None)
             self.done()
             raise
+
+    def _chunk(self) -> int:
+        """Kernels in a batch under a deadline: `CHUNK`, or fewer where this model's
+        kernels so far took more than `BATCH_SECONDS` for that many."""
+        if not self.measured or self.measuring <= 0:
+            return CHUNK
+        return max(1, min(CHUNK, int(BATCH_SECONDS * self.measured / self.measuring)))
 
     def _time_batch(self, todo: dict[str, tuple], again: list, ran: list) -> list:
         """Times `todo` (timing key -> (program, cold inputs, a contraction?)) as one
