@@ -250,16 +250,20 @@ def cut_short(result, clock: SearchClock) -> bool:
     return result.stop_reason == STOPPED_AT_LIMIT and clock.overspent()
 
 
-SHORT_SEARCHES = 4      # searches cut short (`cut_short`) before one's result is stored
+SHORT_SEARCHES = 2      # searches cut short (`cut_short`) before one's result is stored
                         # anyway: each process times new kernels as its search goes
                         # further, and a host slow enough could leave every one short.
                         # The zoo from one empty cache, three processes (AMD host, every
                         # search cut short): NASNet-A 1.18x, 2.77x, 2.98x; the other
                         # seven moved within their noise (ResNet-50 2.25x, 2.33x, 2.13x).
-                        # With 2, on the Zen 4 AMD host, NASNet-A's second search was cut
-                        # short too and stored at 1.4x: its first had the layout move's
-                        # kernels half timed. One cut short that cached no new timing is
-                        # stored at once: the next would search on the same cache.
+                        # On the Zen 4 AMD host NASNet-A's second search is stored at
+                        # 1.4x; searched again while cut short with new timings cached,
+                        # it read 2.5-2.7x at its fifth and sixth searches, but every
+                        # other model was searched again too (each search goes further
+                        # and times more), first calls of 15-29 s each, for gains
+                        # within their rounds' spread (`docs/history.md`). One cut short
+                        # that cached no new timing is stored at once: the next would
+                        # search on the same cache.
 
 
 def _inputs(types, frozen, example, seed: int, keep: bool = False) -> list:
