@@ -242,11 +242,12 @@ def cut_short(result, clock: SearchClock) -> bool:
     to search, first-time kernel timing having taken the rest: not the answer of a
     search with this limit. Where the search cached new timings (`SearchClock.kept`),
     its result is not remembered on disk (up to `SHORT_SEARCHES`), so the next process
-    searches again on them, under the compile options this one chose (timed again, `choose_options`
-    gave NASNet-A XLA's defaults in one process and YNNPACK's elementwise fusions in
-    the next, and each has a kernel cache of its own). Stored, NASNet-A's first cold search (1.2x:
-    its layout move, no depthwise taps) was every later process's answer; searched
-    again on its timings, it ran 2.95x (`bench_all.py --models=nasnet_a`, AMD host)."""
+    searches again on them, under the compile options this one chose (chosen again,
+    NASNet-A got XLA's defaults in one process and YNNPACK's elementwise fusions in the
+    next, and each has a kernel cache of its own). Stored, NASNet-A's first cold search
+    (1.2x: its layout move, no depthwise taps) was every later process's answer;
+    searched again on its timings, it ran 2.95x (`bench_all.py --models=nasnet_a`, AMD
+    host)."""
     return result.stop_reason == STOPPED_AT_LIMIT and clock.overspent()
 
 

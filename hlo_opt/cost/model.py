@@ -51,10 +51,12 @@ REPEATS = 20
 # Inception-v3's layout move, 76 new kernels, priced in 12.0-12.3 s as one batch, in
 # 12.5-14.3 s by 32 and 14.2-15.3 s by 16 (three interleaved rounds, AMD EPYC host,
 # 2026-12-06); NASNet-A's took about 0.5 s a kernel there, so 32 is about 16 s, under
-# the 20 s a cold 10 s search has. It was not: the next day's first NASNet-A process
-# there timed 32 (and 3 anchors) in 20.1 s, stopped at the end and lost all of them.
+# the 20 s a cold 10 s search has. It was not: a later first NASNet-A process there
+# timed 32 (and 3 anchors) in 20.1 s, stopped at the end and lost all of them.
 # So a batch is also held to `BATCH_SECONDS` at the rate this model has timed kernels so
-# far: about 9 of NASNet-A's there, Inception-v3's still 32.
+# far: 9 of NASNet-A's there, 8-10 of Inception-v3's in a slow hour. Then Inception-v3's
+# first process, its layout move stopped at the limit either way, kept 16 and 60 new
+# kernels, against 32 and 32 by 32 (two empty caches each, interleaved).
 CHUNK = 32
 BATCH_SECONDS = 5.0
 
