@@ -56,8 +56,11 @@ REPEATS = 20
 # So a batch is also held to `BATCH_SECONDS` at the rate this model has timed kernels so
 # far: 9 of NASNet-A's there, 8-10 of Inception-v3's in a slow hour. Then Inception-v3's
 # first process, its layout move stopped at the limit either way, kept 16 and 60 new
-# kernels, against 32 and 32 by 32 (two empty caches each, interleaved).
+# kernels, against 32 and 32 by 32 (two empty caches each, interleaved). Before this
+# model has timed any, `FIRST` make the first batch: in a second process, every kernel
+# of its start read from disk, NASNet-A's layout move began with 32 again and kept none.
 CHUNK = 32
+FIRST = 8
 BATCH_SECONDS = 5.0
 
 
@@ -309,14 +312,15 @@ class Measured(CostModel):
         if not todo:
             return
         items = list(todo.items())
-        size = self._chunk() if deadline.active() else len(items)
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         ran: list = []
         try:
-            for start in range(0, len(items), size):
+            start = 0
+            while start < len(items):
+                size = self._chunk() if deadline.active() else len(items)
                 ran = self._time_batch(dict(items[start:start + size]), again, ran)
-                again = []
-                if start + size < len(items):
+                again, start = [], start + size
+                if start < len(items):
                     self.done()
         except deadline.OutOfTime:
             for key in added:      # isolated again when next priced; the timed are cached
@@ -326,9 +330,10 @@ class Measured(CostModel):
 
     def _chunk(self) -> int:
         """Kernels in a batch under a deadline: `CHUNK`, or fewer where this model's
-        kernels so far took more than `BATCH_SECONDS` for that many."""
+        kernels so far took more than `BATCH_SECONDS` for that many; `FIRST` before it
+        has timed any."""
         if not self.measured or self.measuring <= 0:
-            return CHUNK
+            return FIRST
         return max(1, min(CHUNK, int(BATCH_SECONDS * self.measured / self.measuring)))
 
     def _time_batch(self, todo: dict[str, tuple], again: list, ran: list) -> list:
