@@ -51,17 +51,12 @@ REPEATS = 20
 # Inception-v3's layout move, 76 new kernels, priced in 12.0-12.3 s as one batch, in
 # 12.5-14.3 s by 32 and 14.2-15.3 s by 16 (three interleaved rounds, AMD EPYC host,
 # 2026-12-06); NASNet-A's took about 0.5 s a kernel there, so 32 is about 16 s, under
-# the 20 s a cold 10 s search has. It was not: a later first NASNet-A process there
-# timed 32 (and 3 anchors) in 20.1 s, stopped at the end and lost all of them.
-# So a batch is also held to `BATCH_SECONDS` at the rate this model has timed kernels so
-# far: 9 of NASNet-A's there, 8-10 of Inception-v3's in a slow hour. Then Inception-v3's
-# first process, its layout move stopped at the limit either way, kept 16 and 60 new
-# kernels, against 32 and 32 by 32 (two empty caches each, interleaved). Before this
-# model has timed any, `FIRST` make the first batch: in a second process, every kernel
-# of its start read from disk, NASNet-A's layout move began with 32 again and kept none.
+# the 20 s a cold 10 s search has. Batches held to 5 s of timing at the model's rate so
+# far (8-10 kernels; a4cd21a-0fd0e2d, then reverted) kept more of NASNet-A's in a fast
+# hour, but their fixed costs cost ResNet-50's first search its layout move in one of
+# three first processes and in a zoo run (30 kernels in 20 s, against 37 in 14 s by
+# 32; `docs/history.md`).
 CHUNK = 32
-FIRST = 8
-BATCH_SECONDS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,7 +285,7 @@ class Measured(CostModel):
         (`anchors.py`): a batch with any also times again a few this object priced
         before, and its new ones' seconds divided by how much slower (or faster) those ran.
 
-        Under a search's deadline the kernels are timed in batches (`_chunk`), each
+        Under a search's deadline the kernels are timed in batches of `CHUNK`, each
         written to disk before the next begins, so that a pricing the deadline stops
         leaves what it timed to the next search (`pipeline.cut_short`: the next process
         searches again "with those timings cached"). As one batch, NASNet-A's layout move
@@ -312,29 +307,20 @@ class Measured(CostModel):
         if not todo:
             return
         items = list(todo.items())
+        size = CHUNK if deadline.active() else len(items)
         again = self._anchors.pick(todo) if any(c for *_, c in todo.values()) else []
         ran: list = []
         try:
-            start = 0
-            while start < len(items):
-                size = self._chunk() if deadline.active() else len(items)
+            for start in range(0, len(items), size):
                 ran = self._time_batch(dict(items[start:start + size]), again, ran)
-                again, start = [], start + size
-                if start < len(items):
+                again = []
+                if start + size < len(items):
                     self.done()
         except deadline.OutOfTime:
             for key in added:      # isolated again when next priced; the timed are cached
                 self._isolated.pop(key, None)
             self.done()
             raise
-
-    def _chunk(self) -> int:
-        """Kernels in a batch under a deadline: `CHUNK`, or fewer where this model's
-        kernels so far took more than `BATCH_SECONDS` for that many; `FIRST` before it
-        has timed any."""
-        if not self.measured or self.measuring <= 0:
-            return FIRST
-        return max(1, min(CHUNK, int(BATCH_SECONDS * self.measured / self.measuring)))
 
     def _time_batch(self, todo: dict[str, tuple], again: list, ran: list) -> list:
         """Times `todo` (timing key -> (program, cold inputs, a contraction?)) as one
