@@ -261,7 +261,7 @@ SHORT_SEARCHES = 2      # searches cut short (`cut_short`) before one's result i
                         # 1.4x; searched again while cut short with new timings cached,
                         # it read 2.5-2.7x at its fifth and sixth searches, but every
                         # other model was searched again too (each search goes further
-                        # and times more), first calls of 15-29 s each, for gains
+                        # and times more), searches of 15-25 s each, for gains
                         # within their rounds' spread (`docs/history.md`). One cut short
                         # that cached no new timing is stored at once: the next would
                         # search on the same cache.

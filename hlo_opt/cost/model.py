@@ -51,11 +51,11 @@ REPEATS = 20
 # Inception-v3's layout move, 76 new kernels, priced in 12.0-12.3 s as one batch, in
 # 12.5-14.3 s by 32 and 14.2-15.3 s by 16 (three interleaved rounds, AMD EPYC host,
 # 2026-12-06); NASNet-A's took about 0.5 s a kernel there, so 32 is about 16 s, under
-# the 20 s a cold 10 s search has. Batches held to 5 s of timing at the model's rate so
-# far (8-10 kernels; a4cd21a-0fd0e2d, then reverted) kept more of NASNet-A's in a fast
-# hour, but their fixed costs cost ResNet-50's first search its layout move in one of
-# three first processes and in a zoo run (30 kernels in 20 s, against 37 in 14 s by
-# 32; `docs/history.md`).
+# the 20 s a cold 10 s search has (in a slow hour 20.1 s: stopped, all lost). Batches
+# held to 5 s of timing at the model's rate so far (8-10 kernels; a4cd21a-0fd0e2d, then
+# reverted) kept more of NASNet-A's in a fast hour, but their fixed costs cost
+# ResNet-50's first search its layout move in one of three first processes and in a
+# zoo run (30 kernels in 20 s, against 37 in 14 s by 32; `docs/history.md`).
 CHUNK = 32
 
 
