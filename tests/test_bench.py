@@ -160,6 +160,22 @@ def test_a_perfect_models_expected_spearman_follows_the_measurements_own_agreeme
     assert np.isnan(cost_fidelity.ceiling(-0.2)) and np.isnan(cost_fidelity.ceiling(float("nan")))
 
 
+def test_a_model_exact_on_each_kind_of_variant_reads_below_one_where_a_kinds_order_counts():
+    import cost_fidelity
+    names = ["original", "merge-2-of-3 #1", "merge-8-of-3 #2", "split-in-2 #3", "split-in-4 #4"]
+    # The kinds apart and each kind's variants in order: tied within a kind, such a model
+    # ranks the kinds right and the variants of a kind level.
+    apart = [1.0, 0.90, 0.91, 1.10, 1.12]
+    assert 0.9 < cost_fidelity.kinds_exact(names, apart) < 1.0
+    # A kind's variants spread over the others' times: level within it, it reads far lower.
+    spread = [1.0, 0.80, 1.20, 1.10, 0.85]
+    assert cost_fidelity.kinds_exact(names, spread) < 0.5
+    # One variant a kind: exact, so it reads 1; a single kind orders nothing.
+    assert cost_fidelity.kinds_exact(["original", "a #1", "b #2"], [1.0, 2.0, 3.0]) \
+        == pytest.approx(1.0)
+    assert np.isnan(cost_fidelity.kinds_exact(["x-1 #1", "x-2 #2"], [1.0, 2.0]))
+
+
 def test_scaling_growth_is_the_log_log_slope_per_series():
     # seconds = c * ops^k: a slope of k, each series on its own.
     series = [{"series": "linear", "ops": n, "seconds": 0.01 * n} for n in (10, 20, 40)]
@@ -407,6 +423,7 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
     r = cost_fidelity.pooled([slow_hour, other, steady, scored])
     assert scored["spearman"] < 1 and r["run_spearman"] == scored["spearman"]
     assert r["spearman"] == pytest.approx(1.0) and r["repriced"] == pytest.approx(1.0)
+    assert r["kinds_exact"] == pytest.approx(1.0)       # one variant a kind: exact
     assert (r["runs"], r["left_out"]) == (3, 1)
     # slow hour against steady 0.8, against scored 0.4; steady against scored 0.8
     assert r["between"] == pytest.approx((0.4, 0.8, 0.8))
