@@ -503,6 +503,9 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
         names = [n for n, _ in variants.variants(graph, 3, fixed=frozen_inputs)]
         assert [v["name"] for v in r["variants"]] == names
         assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
+        # the record reads its kinds off its own variants (`kinds_exact`)
+        assert r["kinds_exact"] == pytest.approx(cost_fidelity.kinds_exact(
+            names, [v["measured_s"] for v in r["variants"]]), nan_ok=True)
         # the model's process was given the run's flags: two sets of variant
         # processes, a round or more from each
         sets = r["processes_per_variant"]
