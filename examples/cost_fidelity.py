@@ -18,7 +18,8 @@ variants so drift hits all alike. Reported: Spearman rank correlation of predict
 measured, and of the measurement with itself (even rounds against odd, `split_half`),
 with the Spearman a perfect model would expect against a measurement that agrees with
 itself so far (`ceiling`), and of the model's prices with a second pricing from an
-empty cache (`reprice`);
+empty cache (`reprice`); the Spearman a model exact on each kind of variant, and blind
+within a kind, would read (`kinds_exact`);
 the pairs of variants whose order the rounds decide (a sign test) and how many of
 those the model orders right; and how far the predicted speed-up over the
 original is from the measured one. Then the sign cases of the cost-model issue: each a
