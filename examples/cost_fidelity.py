@@ -278,7 +278,8 @@ def decided_pairs(predicted, ratios) -> tuple[int, int, int]:
 
 
 def spearman(a, b) -> float:
-    ra, rb = (np.argsort(np.argsort(x)).astype(float) for x in (a, b))
+    """Spearman's rank correlation, tied values ranked level (their mean rank)."""
+    ra, rb = (scipy.stats.rankdata(x) for x in (a, b))
     if ra.std() == 0 or rb.std() == 0:
         return float("nan")
     return float(np.corrcoef(ra, rb)[0, 1])
@@ -355,7 +356,7 @@ def kinds_exact(names, measured) -> float:
         return float("nan")
     mean = {k: statistics.fmean(m for j, m in zip(kinds, measured) if j == k)
             for k in set(kinds)}
-    return float(scipy.stats.spearmanr([mean[k] for k in kinds], measured)[0])
+    return spearman([mean[k] for k in kinds], measured)
 
 
 def _speedup_errors(pred, meas) -> list[float]:

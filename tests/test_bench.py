@@ -160,6 +160,15 @@ def test_a_perfect_models_expected_spearman_follows_the_measurements_own_agreeme
     assert np.isnan(cost_fidelity.ceiling(-0.2)) and np.isnan(cost_fidelity.ceiling(float("nan")))
 
 
+def test_spearman_ranks_tied_prices_level_not_by_their_order():
+    import cost_fidelity
+    # two variants priced alike (BERT makes the same merge twice): neither is ranked
+    # first, so the order their times happen to fall in earns nothing
+    assert cost_fidelity.spearman([1.0, 1.0, 2.0], [1.0, 2.0, 3.0]) == pytest.approx(0.75 ** 0.5)
+    assert cost_fidelity.spearman([1.0, 1.0, 2.0], [2.0, 1.0, 3.0]) == pytest.approx(0.75 ** 0.5)
+    assert np.isnan(cost_fidelity.spearman([1.0, 1.0], [1.0, 2.0]))
+
+
 def test_a_model_exact_on_each_kind_of_variant_reads_below_one_where_a_kinds_order_counts():
     import cost_fidelity
     names = ["original", "merge-2-of-3 #1", "merge-8-of-3 #2", "split-in-2 #3", "split-in-4 #4"]
