@@ -363,6 +363,7 @@ class Optimized:
                                             static_argnames=self._static_names)
         original = None
         try:
+            _require_concrete_shapes(closed)
             original = capture.from_jaxpr(closed).check()
             frozen = self._frozen_leaves(args)
             leaves = capture.split_static(args, kwargs, self._static_nums,
@@ -402,10 +403,31 @@ class Optimized:
 
     def _warn(self, err: Exception) -> None:
         logger.warning("hlo_opt: could not optimise %s (%s: %s); running the original "
-                       "under jax.jit", self._name, type(err).__name__, err)
+                       "under jax.jit", self._name, type(err).__name__, _first_line(err))
 
     def __repr__(self) -> str:
         return f"<hlo_opt.Optimized {self._name}>"
+
+
+WARNED_CHARS = 200     # of an error's first line in the fall-back warning (the report has it all)
+
+
+def _first_line(err: Exception) -> str:
+    """The error's first line, cut at `WARNED_CHARS`: jax's shape-polymorphism errors
+    run to seven lines and a link, and the warning is one line."""
+    line = (str(err).strip().splitlines() or [""])[0]
+    return line if len(line) <= WARNED_CHARS else line[:WARNED_CHARS - 3] + "..."
+
+
+def _require_concrete_shapes(closed: jcore.ClosedJaxpr) -> None:
+    """Symbolic dimensions (`jax.export` with shape polymorphism) cannot be searched:
+    the cost model times concrete shapes and the rules compare them. Said plainly here,
+    where the capture failed on jax's first comparison of a dimension."""
+    for aval in closed.in_avals:
+        dims = [d for d in getattr(aval, "shape", ()) if jax.export.is_symbolic_dim(d)]
+        if dims:
+            raise ValueError(f"symbolic dimension {dims[0]} in an input of shape "
+                             f"{tuple(aval.shape)}: hlo_opt searches concrete shapes only")
 
 
 def _check_emission(graph: Graph, closed: jcore.ClosedJaxpr) -> None:

@@ -208,6 +208,39 @@ def test_internal_failure_warns_and_falls_back(monkeypatch, caplog):
     assert report.fell_back and "planted capture failure" in report.reason
 
 
+def test_the_fall_back_warning_is_one_line_and_the_report_keeps_the_whole_error(
+        monkeypatch, caplog):
+    long = "first line of a planted failure " + "x" * 400
+    def broken(closed):
+        raise RuntimeError(f"{long}\nsecond line\nthird line")
+    monkeypatch.setattr(capture, "from_jaxpr", broken)
+    ours = hlo_opt.jit(mlp)
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        assert_same(ours(PARAMS, X), jax.jit(mlp)(PARAMS, X))
+    [warned] = [r.getMessage() for r in caplog.records if "could not optimise mlp" in r.getMessage()]
+    assert "\n" not in warned and "first line of a planted failure" in warned
+    assert len(warned) < 400 and "second line" not in warned
+    reason = ours.explain(PARAMS, X).reason
+    assert long in reason and "third line" in reason
+
+
+def test_symbolic_shapes_fall_back_with_a_one_line_warning(caplog):
+    """`jax.export` with a symbolic batch: jax.jit's answer at every batch size, and a
+    warning that says why, where capture used to fail on jax's seven-line error."""
+    def model_fn(w, x):
+        return jnp.tanh(x @ w).sum(axis=1)
+    w = jnp.arange(32.0).reshape(8, 4) / 32
+    spec = jax.ShapeDtypeStruct((*jax.export.symbolic_shape("b"), 8), jnp.float32)
+    with caplog.at_level(logging.WARNING, logger="hlo_opt"):
+        ours = jax.export.export(hlo_opt.jit(model_fn))(w, spec)
+    theirs = jax.export.export(jax.jit(model_fn))(w, spec)
+    for batch in (1, 3):
+        x = jnp.arange(8.0 * batch).reshape(batch, 8) / 10
+        assert_same(ours.call(w, x), theirs.call(w, x))
+    [warned] = [r.getMessage() for r in caplog.records if "model_fn" in r.getMessage()]
+    assert "symbolic dimension b" in warned and "\n" not in warned
+
+
 def test_user_errors_are_jax_jits_own():
     def bad(x):
         return x @ jnp.ones((7, 2))          # shapes do not match
