@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import bench
+import fidelity_stats
 import models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,58 +132,53 @@ def test_a_sign_is_called_only_when_the_rounds_decide_it(ratios, sign):
 
 
 def test_fidelity_counts_only_the_pairs_the_rounds_order():
-    import cost_fidelity
     # Per-round speed-ups over variant 0: variant 1 is 1.3x faster in every round,
     # variant 2 is level with 0 (noise either way), so only pairs (0,1) and (1,2) are
     # decided; the model below gets (0,1) right and (1,2) wrong.
     ratios = [[1.0] * 7, [1.3] * 7, [1.05, 0.95] * 3 + [1.0]]
     predicted = [2.0, 1.5, 1.0]
-    assert cost_fidelity.decided_pairs(predicted, ratios) == (3, 2, 1)
+    assert fidelity_stats.decided_pairs(predicted, ratios) == (3, 2, 1)
 
 
 def test_split_half_ranks_the_measurement_against_itself():
-    import cost_fidelity
     # Three variants 1.0x, 1.5x, 2.0x faster than variant 0 in every round: both halves
     # rank them alike. Swap variants 2 and 3 in the odd rounds: the halves disagree.
     steady = [[1.0] * 6, [1.0] * 6, [1.5] * 6, [2.0] * 6]
-    assert cost_fidelity.split_half(steady) == pytest.approx(1.0)
+    assert fidelity_stats.split_half(steady) == pytest.approx(1.0)
     swapped = [[1.0] * 6, [1.0] * 6, [1.5, 2.0] * 3, [2.0, 1.5] * 3]
-    assert cost_fidelity.split_half(swapped) < 0.9
+    assert fidelity_stats.split_half(swapped) < 0.9
 
 
 def test_a_perfect_models_expected_spearman_follows_the_measurements_own_agreement():
-    import cost_fidelity
     # Halves that agree fully: a perfect model is expected to agree fully; halves at
     # r = 0.6: all rounds are 2r/(1+r) = 0.75 reliable, a perfect model's Spearman
     # sqrt(0.75); halves that disagree give no estimate.
-    assert cost_fidelity.ceiling(1.0) == pytest.approx(1.0)
-    assert cost_fidelity.ceiling(0.6) == pytest.approx(0.75 ** 0.5)
-    assert np.isnan(cost_fidelity.ceiling(-0.2)) and np.isnan(cost_fidelity.ceiling(float("nan")))
+    assert fidelity_stats.ceiling(1.0) == pytest.approx(1.0)
+    assert fidelity_stats.ceiling(0.6) == pytest.approx(0.75 ** 0.5)
+    assert np.isnan(fidelity_stats.ceiling(-0.2)) and np.isnan(fidelity_stats.ceiling(float("nan")))
 
 
 def test_spearman_ranks_tied_prices_level_not_by_their_order():
-    import cost_fidelity
     # two variants priced alike (BERT makes the same merge twice): neither is ranked
     # first, so the order their times happen to fall in earns nothing
-    assert cost_fidelity.spearman([1.0, 1.0, 2.0], [1.0, 2.0, 3.0]) == pytest.approx(0.75 ** 0.5)
-    assert cost_fidelity.spearman([1.0, 1.0, 2.0], [2.0, 1.0, 3.0]) == pytest.approx(0.75 ** 0.5)
-    assert np.isnan(cost_fidelity.spearman([1.0, 1.0], [1.0, 2.0]))
+    assert fidelity_stats.spearman([1.0, 1.0, 2.0], [1.0, 2.0, 3.0]) == pytest.approx(0.75 ** 0.5)
+    assert fidelity_stats.spearman([1.0, 1.0, 2.0], [2.0, 1.0, 3.0]) == pytest.approx(0.75 ** 0.5)
+    assert np.isnan(fidelity_stats.spearman([1.0, 1.0], [1.0, 2.0]))
 
 
 def test_a_model_exact_on_each_kind_of_variant_reads_below_one_where_a_kinds_order_counts():
-    import cost_fidelity
     names = ["original", "merge-2-of-3 #1", "merge-8-of-3 #2", "split-in-2 #3", "split-in-4 #4"]
     # The kinds apart and each kind's variants in order: tied within a kind, such a model
     # ranks the kinds right and the variants of a kind level.
     apart = [1.0, 0.90, 0.91, 1.10, 1.12]
-    assert 0.9 < cost_fidelity.kinds_exact(names, apart) < 1.0
+    assert 0.9 < fidelity_stats.kinds_exact(names, apart) < 1.0
     # A kind's variants spread over the others' times: level within it, it reads far lower.
     spread = [1.0, 0.80, 1.20, 1.10, 0.85]
-    assert cost_fidelity.kinds_exact(names, spread) < 0.5
+    assert fidelity_stats.kinds_exact(names, spread) < 0.5
     # One variant a kind: exact, so it reads 1; a single kind orders nothing.
-    assert cost_fidelity.kinds_exact(["original", "a #1", "b #2"], [1.0, 2.0, 3.0]) \
+    assert fidelity_stats.kinds_exact(["original", "a #1", "b #2"], [1.0, 2.0, 3.0]) \
         == pytest.approx(1.0)
-    assert np.isnan(cost_fidelity.kinds_exact(["x-1 #1", "x-2 #2"], [1.0, 2.0]))
+    assert np.isnan(fidelity_stats.kinds_exact(["x-1 #1", "x-2 #2"], [1.0, 2.0]))
 
 
 def test_scaling_growth_is_the_log_log_slope_per_series():
@@ -406,7 +402,7 @@ def test_a_kept_run_is_rescored_from_its_kernel_timings(tmp_path):
                            for (n, _), m in zip(found, measured)]}
     r = cost_fidelity.rescore(record, str(tmp_path))
     assert r["timed"] == 0 and r["predicted_s"] == predicted
-    assert r["spearman"] == pytest.approx(cost_fidelity.spearman(predicted, measured))
+    assert r["spearman"] == pytest.approx(fidelity_stats.spearman(predicted, measured))
     record["variants"][1]["name"] = "not a variant this code makes"
     with pytest.raises(ValueError, match="sru"):
         cost_fidelity.rescore(record, str(tmp_path))
@@ -416,31 +412,30 @@ def test_pooled_runs_score_the_last_runs_prices_against_all_their_measurements()
     """`--pooled`: each variant's time over its run's original, averaged (geometrically)
     over the runs compiled as the scored one was; a run compiled otherwise is left out,
     and a run of other variants is refused."""
-    import cost_fidelity
     names = ["original", "a #1", "b #2", "c #3"]
     truth = [1.0, 0.8, 0.6, 0.4]
 
     def run(measured, options="", predicted=truth):
         return {"model": "m", "compiler_options": options,
-                "spearman": cost_fidelity.spearman(predicted, measured),
+                "spearman": fidelity_stats.spearman(predicted, measured),
                 "variants": [{"name": n, "measured_s": s, "predicted_s": p, "repriced_s": p}
                              for n, s, p in zip(names, measured, predicted)]}
     slow_hour = run([2.0, 1.16, 1.24, 0.80])      # twice as slow, a and b swapped
     other = run([1.0, 0.1, 0.5, 2.0], options='{"x": "y"}')     # reversed: left out
     steady = run(truth)
     scored = run([1.0, 0.80, 0.60, 0.61])          # b and c swapped
-    r = cost_fidelity.pooled([slow_hour, other, steady, scored])
+    r = fidelity_stats.pooled([slow_hour, other, steady, scored])
     assert scored["spearman"] < 1 and r["run_spearman"] == scored["spearman"]
     assert r["spearman"] == pytest.approx(1.0) and r["repriced"] == pytest.approx(1.0)
     assert r["kinds_exact"] == pytest.approx(1.0)       # one variant a kind: exact
     assert (r["runs"], r["left_out"]) == (3, 1)
     # slow hour against steady 0.8, against scored 0.4; steady against scored 0.8
     assert r["between"] == pytest.approx((0.4, 0.8, 0.8))
-    assert cost_fidelity.pooled([other, scored])["between"] is None
+    assert fidelity_stats.pooled([other, scored])["between"] is None
     renamed = run(truth)
     renamed["variants"][3]["name"] = "d #3"
     with pytest.raises(ValueError, match="variants"):
-        cost_fidelity.pooled([renamed, scored])
+        fidelity_stats.pooled([renamed, scored])
 
 
 def test_cost_fidelity_keeps_the_models_done_so_far_whole(tmp_path):
@@ -513,7 +508,7 @@ def test_cost_fidelity_runs_each_model_in_a_process_of_its_own(tmp_path):
         assert [v["name"] for v in r["variants"]] == names
         assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in r["variants"])
         # the record reads its kinds off its own variants (`kinds_exact`)
-        assert r["kinds_exact"] == pytest.approx(cost_fidelity.kinds_exact(
+        assert r["kinds_exact"] == pytest.approx(fidelity_stats.kinds_exact(
             names, [v["measured_s"] for v in r["variants"]]), nan_ok=True)
         # the model's process was given the run's flags: two sets of variant
         # processes, a round or more from each
@@ -545,18 +540,17 @@ def test_a_variant_runs_in_a_process_of_its_own_and_must_be_the_one_asked_for():
 
 
 def test_a_measurement_whose_halves_disagree_gets_the_sets_spearman_brown_asks():
-    import cost_fidelity
     # Halves at 0.77 after 3 sets: reaching 0.9 takes 0.9 * 0.23 / (0.77 * 0.1) = 2.69
     # times the rounds, 9 sets; at 0.86, 1.47 times, 5 sets; already at 0.9, no more;
     # capped at `most`, and `most` where the halves do not agree at all.
-    assert cost_fidelity.sets_to_agree(0.77, 3, 0.9, 9) == 9
-    assert cost_fidelity.sets_to_agree(0.86, 3, 0.9, 9) == 5
-    assert cost_fidelity.sets_to_agree(0.9, 3, 0.9, 9) == 3
-    assert cost_fidelity.sets_to_agree(0.5, 3, 0.9, 9) == 9
-    assert cost_fidelity.sets_to_agree(-0.1, 3, 0.9, 9) == 9
-    assert cost_fidelity.sets_to_agree(float("nan"), 3, 0.9, 9) == 9
+    assert fidelity_stats.sets_to_agree(0.77, 3, 0.9, 9) == 9
+    assert fidelity_stats.sets_to_agree(0.86, 3, 0.9, 9) == 5
+    assert fidelity_stats.sets_to_agree(0.9, 3, 0.9, 9) == 3
+    assert fidelity_stats.sets_to_agree(0.5, 3, 0.9, 9) == 9
+    assert fidelity_stats.sets_to_agree(-0.1, 3, 0.9, 9) == 9
+    assert fidelity_stats.sets_to_agree(float("nan"), 3, 0.9, 9) == 9
     # --agree=0 turns it off
-    assert cost_fidelity.sets_to_agree(0.2, 3, 0.0, 9) == 3
+    assert fidelity_stats.sets_to_agree(0.2, 3, 0.0, 9) == 3
 
 
 def test_more_sets_are_timed_where_the_first_sets_halves_disagree(monkeypatch, fidelity):
@@ -605,22 +599,20 @@ def test_each_set_of_processes_builds_the_variants_in_an_order_of_its_own():
 def test_sets_of_processes_that_order_the_variants_apart_are_read_as_disagreeing():
     """`across_sets` sees a process's own speed, which `split_half` cannot: here each
     set's rounds agree exactly, but the sets order the four variants apart."""
-    import cost_fidelity
-
     def one_set(times):         # each variant's time, alike in all four rounds
         return {i: [t] * 4 for i, t in enumerate(times)}
 
     alike = [one_set([1.0, 1.1, 1.2, 1.3])] * 3
     apart = [one_set([1.0, 1.1, 1.2, 1.3]), one_set([1.0, 1.3, 1.2, 1.1]),
              one_set([1.0, 1.2, 1.3, 1.1])]
-    assert cost_fidelity.across_sets(alike) == pytest.approx(1.0)
-    assert cost_fidelity.across_sets(apart) < 0.7      # pairs at 0.2, 0.4, 0.8: 0.57
-    assert cost_fidelity.sets_to_agree(cost_fidelity.across_sets(apart), 3, 0.9, 9) > 3
+    assert fidelity_stats.across_sets(alike) == pytest.approx(1.0)
+    assert fidelity_stats.across_sets(apart) < 0.7      # pairs at 0.2, 0.4, 0.8: 0.57
+    assert fidelity_stats.sets_to_agree(fidelity_stats.across_sets(apart), 3, 0.9, 9) > 3
     pooled = {i: sum((s[i] for s in apart), []) for i in range(4)}
-    halves = cost_fidelity.split_half(cost_fidelity.ratios_of(
-        cost_fidelity.bench.summary(pooled)))
+    halves = fidelity_stats.split_half(fidelity_stats.ratios_of(
+        bench.summary(pooled)))
     assert halves == pytest.approx(1.0)      # the rounds' halves see nothing amiss
-    assert math.isnan(cost_fidelity.across_sets(alike[:1]))
+    assert math.isnan(fidelity_stats.across_sets(alike[:1]))
 
 
 def test_a_fidelity_run_keeps_each_model_done_when_a_later_one_fails(tmp_path, fidelity):
