@@ -458,6 +458,29 @@ def test_short_programs_are_timed_whole_against_a_reference(tmp_path):
     assert not summed.cost(graph_of(light, x, w)).whole and summed.programs == 0
 
 
+def test_an_empty_call_read_slow_is_read_again(tmp_path, monkeypatch):
+    """The empty call's cost, read while the machine was busy, stood for the whole
+    process: every short program read no longer than it and was priced `EPSILON`, all
+    alike (small SRU's four variants, in one CI run). Such a reading is read again."""
+    from hlo_opt.cost import measure
+    monkeypatch.setattr(measure, "_overheads", [5e-3])     # the process's one reading
+    monkeypatch.setattr(measure, "_overhead_read_at", -float("inf"))
+    x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
+
+    def heavy(x, w):          # 16x light's work
+        for _ in range(16):
+            x = jnp.tanh(x @ w)
+        return x
+    model = cost.Measured(tmp_path, repeats=2, min_sample=1e-4, whole_below=1.0)
+    light = model.cost(graph_of(lambda x, w: x @ w, x, w))
+    assert light.whole and light.total > measure.EPSILON
+    assert len(measure._overheads) == 2 and measure.dispatch_overhead() < 5e-3
+    assert model.cost(graph_of(heavy, x, w)).total > light.total
+    kernel = graph_of(lambda x: jnp.tanh(x) * 2.0, x)
+    assert measure.time_graph(kernel, repeats=2, min_sample=1e-4) > measure.EPSILON
+    assert len(measure._overheads) == 2       # read again once, not at each timing
+
+
 def test_a_program_timed_against_its_reference_is_compiled_before_the_timing(tmp_path,
                                                                              monkeypatch):
     """A compile in `pairing.ratio`'s first turn would be the call it leaves out, and

@@ -61,7 +61,7 @@ class Programs:
         self.cache, self.watch, self.below = cache, watch, below
         self.repeats, self.options, self.platform = repeats, options or {}, platform
         self.timed = 0          # programs timed (cache misses)
-        self.references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, s]
+        self.references: dict[tuple, list] = {}   # signature -> [(graph, frozen), compiled, call s]
         self.summed: set[tuple] = set()            # signatures whose graphs are summed
 
     def known(self, graph: Graph, frozen: Iterable[int]) -> bool:
@@ -105,8 +105,9 @@ class Programs:
                 return None
             self.cache.put(key, seconds)
             self.timed += 1
-        if ref is None:
-            self.references[sig] = [(graph, frozen), None, float(seconds)]
+        if ref is None:     # its call's seconds, the empty call's cost put back
+            self.references[sig] = [(graph, frozen), None,
+                                    float(seconds) + measure.dispatch_overhead()]
         return float(seconds)
 
     def _time(self, graph: Graph, frozen: tuple, ref: list | None) -> float:
@@ -120,7 +121,6 @@ class Programs:
         if ref[1] is None:
             ref[1] = measure.compiled(split(*ref[0]).runtime, options=self.options)
             jax.block_until_ready(ref[1][0](*ref[1][1]))
-        overhead = measure.dispatch_overhead()
         fn, args = measure.compiled(program, options=self.options)
         jax.block_until_ready(fn(*args))
         try:
@@ -128,7 +128,7 @@ class Programs:
             ratio = pairing.ratio(fn, args, *ref[1], rounds=ROUNDS)
         finally:
             measure.release(fn)
-        return max((ref[2] + overhead) * ratio - overhead, measure.EPSILON)
+        return measure.net(ref[2] * ratio)
 
 
 def rough(kernels: Iterable[Kernel], platform: str = "cpu") -> float:
