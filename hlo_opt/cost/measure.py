@@ -227,10 +227,15 @@ def net(seconds: float, copies: int = 1) -> float:
     rest, priced three of the four at `EPSILON` on the Zen 4 host). The empty call is
     then read again, the second time at once and then no more often than every `REREAD`
     seconds, and the least reading kept."""
+    _check_overhead(seconds)
+    return max((seconds - dispatch_overhead()) / copies, EPSILON)
+
+
+def _check_overhead(seconds: float) -> None:
+    """Reads the empty call again if a call of `seconds` says it was read slow (`net`)."""
     if seconds <= dispatch_overhead() and \
             time.perf_counter() - _overhead_read_at >= REREAD:
         dispatch_overhead(again=True)
-    return max((seconds - dispatch_overhead()) / copies, EPSILON)
 
 
 def replicate(graph: Graph, copies: int) -> Graph:
@@ -310,6 +315,9 @@ def time_graphs(graphs: Sequence[Graph], *, repeats: int = 5, min_sample: float 
                        [[j + k * len(graphs[i].inputs) for k in range(replicas(graphs[i]))
                          for j in cold[i]] for i in short],
                        repeats, min_sample, seed, options)
+    # the empty call read again before any is netted, not between two of them
+    _check_overhead(min((s for s in alone + many if not isinstance(s, Exception)),
+                        default=float("inf")))
     out = [s if isinstance(s, Exception) else net(s) for s in alone]
     for i, s in zip(short, many):
         if not isinstance(s, Exception):
