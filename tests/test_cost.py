@@ -465,6 +465,7 @@ def test_an_empty_call_read_slow_is_read_again(tmp_path, monkeypatch):
     from hlo_opt.cost import measure
     monkeypatch.setattr(measure, "_overheads", [5e-3])     # the process's one reading
     monkeypatch.setattr(measure, "_overhead_read_at", -float("inf"))
+    monkeypatch.setattr(measure, "REREAD", 60.0)     # this test's timings within it
     x, w = jnp.ones((64, 256)), jnp.ones((256, 256))
 
     def heavy(x, w):          # 16x light's work
@@ -479,6 +480,24 @@ def test_an_empty_call_read_slow_is_read_again(tmp_path, monkeypatch):
     kernel = graph_of(lambda x: jnp.tanh(x) * 2.0, x)
     assert measure.time_graph(kernel, repeats=2, min_sample=1e-4) > measure.EPSILON
     assert len(measure._overheads) == 2       # read again once, not at each timing
+
+
+def test_a_batch_reads_the_empty_call_again_before_taking_it_off_any_timing(monkeypatch):
+    """A reading at 0.9 of a long program's call, and a short program in the same batch
+    that reads under it: the long one, timed first, has the empty call taken off as
+    read again, not as read before (then it would keep a tenth of its time)."""
+    from hlo_opt.cost import measure
+    x, w = jnp.ones((512, 1024)), jnp.ones((1024, 1024))
+    heavy = graph_of(lambda x, w: x @ w, x, w)           # 1 GFLOP: past `SHORT`, timed alone
+    light = graph_of(lambda x: x * 2.0, jnp.ones((8,)))
+    alone = measure.time_graph(heavy, repeats=3)
+    assert alone > measure.SHORT
+    monkeypatch.setattr(measure, "_overheads", [0.9 * (alone + measure.dispatch_overhead())])
+    monkeypatch.setattr(measure, "_overhead_read_at", -float("inf"))
+    monkeypatch.setattr(measure, "REREAD", float("inf"))     # read again once at most
+    again, short = measure.time_graphs([heavy, light], repeats=3)
+    assert again > 0.45 * alone and short > measure.EPSILON
+    assert len(measure._overheads) == 2
 
 
 def test_a_program_timed_against_its_reference_is_compiled_before_the_timing(tmp_path,
