@@ -1017,6 +1017,7 @@ def test_warm_up_runs_the_reference_until_it_is_back_at_its_best_speed(monkeypat
     monkeypatch.setattr(measure, "time", Clock)
     monkeypatch.setattr(measure, "per_call", per_call)
     monkeypatch.setattr(measure, "_best_reference", None)
+    monkeypatch.setattr(measure, "_loaded", None)
     measure.warm_up()
     assert now[0] >= measure.FIRST_WAKE and measure._best_reference == 1e-3
     script = iter(s * 1e-3 for s in speeds)
@@ -1028,6 +1029,43 @@ def test_warm_up_runs_the_reference_until_it_is_back_at_its_best_speed(monkeypat
         assert 0.25 <= now[0] - start < 0.25 + 3e-3
     else:
         assert len(taken) == calls
+
+
+def test_a_wake_that_ran_to_its_limit_lets_the_next_stop_at_the_speed_it_reached(monkeypatch):
+    """Another program running: the first wake at 2.3x the best speed runs its limit,
+    the next ones stop once they run at that speed, until one is back at the best; after
+    that, a wake at 2.3x runs its limit again. The clock is a script, as above."""
+    from hlo_opt.cost import measure
+    now, taken, speeds = [0.0], [], [1.0]
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return now[0]
+
+    def per_call(fn, args, number):
+        now[0] += speeds[0] * 1e-3
+        taken.append(speeds[0])
+        return speeds[0] * 1e-3
+    monkeypatch.setattr(measure, "time", Clock)
+    monkeypatch.setattr(measure, "per_call", per_call)
+    monkeypatch.setattr(measure, "_best_reference", None)
+    monkeypatch.setattr(measure, "_loaded", None)
+    measure.warm_up()                                    # learns the best: 1 ms
+
+    def wake(speed: float) -> float:
+        speeds[0] = speed
+        start = now[0]
+        taken.clear()
+        measure.warm_up(limit=0.25)
+        return now[0] - start
+    assert wake(2.3) >= 0.25                             # loaded: runs to the limit
+    assert wake(2.5) < 0.03 and len(taken) == measure.WAKE_CALLS   # stops at that speed
+    assert wake(2.5) < 0.03 and measure._loaded == pytest.approx(2.3e-3)
+    assert wake(3.5) >= 0.25                             # slower still: the limit again
+    assert measure._loaded == pytest.approx(3.5e-3)
+    assert wake(1.0) < 0.02 and measure._loaded is None  # back at its best
+    assert wake(2.3) >= 0.25                             # and loaded again: the limit
 
 
 def test_every_program_compiled_for_a_timing_is_released_but_the_reference(monkeypatch, tmp_path):
