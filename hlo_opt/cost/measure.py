@@ -189,8 +189,8 @@ def warm_up(limit: float = WAKE_LIMIT) -> None:
     another program is running. Its best median is then the speed the machine has, and
     later wakes stop within `WAKE_WITHIN` of it too, until one is back at the best
     speed. Waking to the best alone, every wake beside two CPU burners ran its limit:
-    pricing six small Inception-v3 variants, 8.5 s of 51.7 in 49 wakes (0.8 of 21.8 s
-    at rest)."""
+    pricing six small Inception-v3 variants from an empty cache, 5.8 s of 38-43 s in 49
+    wakes; so, 2.4-2.6 s (0.8-1.1 s at rest, `docs/history.md`)."""
     global _best_reference, _loaded
     fn, args = _reference()
     jax.block_until_ready(fn(*args))
