@@ -188,9 +188,9 @@ def warm_up(limit: float = WAKE_LIMIT) -> None:
     A wake that runs to its limit met a machine slower than its best, not one waking:
     another program is running. Its best median is then the speed the machine has, and
     later wakes stop within `WAKE_WITHIN` of it too, until one is back at the best
-    speed. Waking to the best alone, every wake beside two CPU burners ran its limit:
-    pricing six small Inception-v3 variants from an empty cache, 5.8 s of 38-43 s in 49
-    wakes; so, 2.4-2.6 s (0.8-1.1 s at rest, `docs/history.md`)."""
+    speed. Waking to the best alone, beside two CPU burners, pricing six small
+    Inception-v3 variants from an empty cache took 5.8 s of 38-43 s in 49 wakes, 13 of
+    them to the limit; so, 2.4-2.6 s (0.8-1.1 s at rest, `docs/history.md`)."""
     global _best_reference, _loaded
     fn, args = _reference()
     jax.block_until_ready(fn(*args))
